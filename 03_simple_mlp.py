@@ -1,0 +1,81 @@
+"""Part 2, second rung: profile a GeGLU MLP written in plain PyTorch, eager and compiled.
+
+You will learn: how many kernels a small block really launches, which CPU ops reach the GPU
+and which only rewrite metadata, and what torch.compile fuses (and what it leaves alone).
+
+Guess first. Per recorded step, on a GPU:
+  eager     three aten::linear dispatches (gate, up, down), each ending in aten::mm and one
+            GEMM kernel, plus two elementwise kernels: aten::gelu and aten::mul. Five kernels.
+            The [batch*seq, hidden] GeLU output is written to HBM and read straight back.
+  compiled  the same three GEMM kernels, names identical to eager, called as bare aten::mm;
+            GeLU and mul (and a reshape) fused into one Triton kernel, triton_poi_fused_..._0.
+            Four kernels, plus the compile rows on the CPU lane.
+On a CPU the same dispatch chain appears (compiled: a Torch-Compiled Region), no kernels.
+
+    uv run 03_simple_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
+    uv run 03_simple_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --compile
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common import check, cli, mlp_flags, outputs, profiling, share
+
+SCRIPT = "03_simple_mlp"
+ANNOTATION = "mlp_fwd"
+
+
+class SimpleGeGLUMLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = self.gate_proj(x)
+        u = self.up_proj(x)
+        h = F.gelu(g, approximate="tanh")
+        m = h * u
+        return self.down_proj(m)
+
+
+def parse(argv):
+    parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
+    mlp_flags.add_shape_flags(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    run = cli.resolve(args)
+    cli.ensure_fits(mlp_flags.bytes_needed(args, run), run)
+    out_paths = outputs.prepare(
+        args.traces_dir,
+        SCRIPT,
+        outputs.run_tag(mlp_flags.shape_tag(args), args, run),
+        gzip=args.gzip,
+    )
+
+    mlp = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
+    forward = torch.compile(mlp) if args.compile else mlp
+    x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
+
+    with torch.no_grad():
+        out = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
+        reference = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device).eval()
+        reference.load_state_dict({k: v.float() for k, v in mlp.state_dict().items()})
+        check.against_reference(out, reference(x.float()), run.dtype)
+        profiling.profile_and_save(
+            lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
+        )
+    if args.bucket:
+        return share.after_run(args.traces_dir, args.bucket, out_paths.trace)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run_main(main))

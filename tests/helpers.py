@@ -1,0 +1,65 @@
+"""Helpers the tests share: load a numbered script, run it in-process, read its trace."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from functools import cache
+from pathlib import Path
+
+from common import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@cache
+def load_script(name: str):
+    """Import `01_matmul_add.py` and friends (their names are not valid module names)."""
+    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(name: str, *argv: str) -> int:
+    """Run a script's main as `python NAME.py ARGV` would, minus the interpreter start.
+
+    Returns the exit code, including argparse's (which leaves through SystemExit)."""
+    try:
+        return cli.run_main(load_script(name).main, list(argv))
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def read_trace(path: Path) -> list[dict]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def complete_events(events: list[dict]) -> list[dict]:
+    return [e for e in events if e.get("ph") == "X"]
+
+
+def steps(events: list[dict]) -> list[dict]:
+    return sorted(
+        (e for e in complete_events(events) if e["name"].startswith("ProfilerStep#")),
+        key=lambda e: e["ts"],
+    )
+
+
+def inside(outer: dict, events: list[dict]) -> list[dict]:
+    """Events on outer's thread that lie within its time span, in start order."""
+    start, end = outer["ts"], outer["ts"] + outer["dur"]
+    return sorted(
+        (
+            e
+            for e in complete_events(events)
+            if e is not outer
+            and e.get("tid") == outer.get("tid")
+            and start <= e["ts"]
+            and e["ts"] + e["dur"] <= end
+        ),
+        key=lambda e: e["ts"],
+    )

@@ -1,0 +1,107 @@
+"""Bad input: one clear line on stderr, exit code 2, and no trace or table left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from common import check, outputs
+from tests.helpers import ROOT, run_script
+
+BAD = [
+    ("02_linear", ["--batch", "0"], "--batch: must be greater than 0"),
+    ("02_linear", ["--in_dim", "-4"], "--in_dim/--in-dim: must be greater than 0"),
+    ("03_simple_mlp", ["--hidden", "big"], "--hidden: expected a whole number"),
+    ("01_matmul_add", ["--dtype", "fp8"], "invalid choice: 'fp8'"),
+    ("01_matmul_add", ["--sise", "64"], "unrecognized arguments: --sise"),
+    ("01_matmul_add", ["--size", "2000000"], "choose smaller sizes"),
+    ("03_simple_mlp", ["--active", "0"], "--active: must be greater than 0"),
+]
+
+
+@pytest.mark.parametrize(("script", "argv", "message"), BAD)
+def test_bad_input_is_one_line_exit_2_nothing_written(script, argv, message, tmp_path, capsys):
+    rc = run_script(script, *argv, "--traces-dir", str(tmp_path))
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def test_cuda_without_a_gpu_is_refused(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert run_script("02_linear", "--device", "cuda", "--traces-dir", str(tmp_path)) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --device cuda was asked for, but PyTorch sees no CUDA GPU here"
+    )
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_unwritable_traces_folder_is_refused_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the traces folder should be")
+    assert run_script("02_linear", "--traces-dir", str(blocker)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write traces to") and len(err.splitlines()) == 1
+
+
+def test_liger_script_on_a_cpu_says_so_and_writes_nothing(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run(
+        [sys.executable, "03_kernels_mlp.py", "--traces-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "needs a CUDA GPU" in proc.stderr
+    assert proc.stdout == ""
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_real_process_exit_code_and_single_stderr_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "02_linear.py", "--batch", "-1"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "02_linear.py: error: argument --batch: must be greater than 0, got -1 (see --help)"
+    ]
+
+
+def test_failure_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
+    def export_then_crash(self, path):
+        with open(path, "w") as f:
+            f.write('{"traceEvents": [')  # half a trace, as a crash mid-export would leave
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export_then_crash)
+    with pytest.raises(OSError, match="disk full"):
+        run_script("02_linear", "--batch", "4", "--traces-dir", str(tmp_path))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_atomic_publishes_all_files_or_none(tmp_path):
+    a, b = tmp_path / "t.json.gz", tmp_path / "t.txt"
+    with outputs.atomic(a, b) as (ta, tb):
+        assert ta.name.endswith(".json.gz")  # torch picks gzip by the suffix
+        ta.write_text("trace")
+        tb.write_text("table")
+    assert a.read_text() == "trace" and b.read_text() == "table"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz", "t.txt"]
+
+
+def test_wrong_output_fails_the_correctness_check():
+    ref = torch.randn(64, 64)
+    close = (ref.to(torch.bfloat16)).float()
+    assert check.against_reference(close, ref, torch.bfloat16) < 1e-2
+    with pytest.raises(check.MismatchError):
+        check.against_reference(close * 1.1, ref, torch.bfloat16)  # a 10% error must not pass
+    close[0, 0] = float("nan")
+    with pytest.raises(check.MismatchError):
+        check.against_reference(close, ref, torch.bfloat16)

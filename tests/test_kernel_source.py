@@ -1,0 +1,87 @@
+"""The kernels library without the Hub: LOCAL_KERNELS, a warm offline cache, and the PyPI
+fallback. A tiny local kernel repository is built in each test; the kernels library and
+huggingface_hub run for real, in a subprocess so their environment variables act as a user's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.helpers import ROOT
+
+REPO = "kernels-community/liger-kernels"
+
+
+def tiny_kernel_repo(root):
+    """The layout LOCAL_KERNELS and the Hub cache hold: build/<variant>/<package> + metadata."""
+    package = root / "build" / "torch-universal" / "liger_kernels"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from . import layers\n")
+    (package / "layers.py").write_text("class LigerGEGLUMLP:\n    ORIGIN = 'tiny-test-repo'\n")
+    (package.parent / "metadata.json").write_text(
+        json.dumps(
+            {
+                "id": "liger-kernels",
+                "name": "liger-kernels",
+                "version": 1,
+                "license": "apache-2.0",
+                "python-depends": [],
+                "backend": {"type": "cpu"},
+            }
+        )
+    )
+    return root
+
+
+def load(env_extra, tmp_path):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LOCAL_KERNELS", "HF_HUB_OFFLINE", "HF_HUB_CACHE")
+    }
+    env.update(
+        {
+            "HF_HUB_CACHE": str(tmp_path / "empty-cache"),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),
+        },
+        **env_extra,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.load_liger"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    return lines["SOURCE"], lines["ORIGIN"]
+
+
+def test_local_kernels_override_wins(tmp_path):
+    repo = tiny_kernel_repo(tmp_path / "liger-checkout")
+    source, origin = load({"LOCAL_KERNELS": f"{REPO}={repo}"}, tmp_path)
+    assert origin == "tiny-test-repo"
+    assert source == f"{REPO} from the LOCAL_KERNELS override ({repo})"
+
+
+def test_offline_mode_reads_a_warm_hub_cache(tmp_path):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cached = tmp_path / "hub" / "kernels--kernels-community--liger-kernels"
+    (cached / "refs").mkdir(parents=True)
+    (cached / "refs" / "v1").write_text(commit)  # version=1 resolves through the v1 branch
+    tiny_kernel_repo(cached / "snapshots" / commit)
+    source, origin = load({"HF_HUB_CACHE": str(tmp_path / "hub")}, tmp_path)
+    assert origin == "tiny-test-repo"
+    assert source == f"{REPO} from the local Hub cache (HF_HUB_OFFLINE=1)"
+
+
+def test_cold_cache_falls_back_to_the_pypi_liger_kernel(tmp_path):
+    source, origin = load({}, tmp_path)
+    assert origin == "liger_kernel.transformers.geglu"
+    assert source.startswith("LigerGEGLUMLP from liger-kernel ")
+    assert f"because {REPO} could not be loaded" in source
