@@ -22,12 +22,13 @@ def load_script(name: str):
     return module
 
 
-def run_script(name: str, *argv: str) -> int:
+def run_script(name: str, *argv: str, device: str = "cpu") -> int:
     """Run a script's main as `python NAME.py ARGV` would, minus the interpreter start.
 
-    Returns the exit code, including argparse's (which leaves through SystemExit)."""
+    Returns the exit code, including argparse's (which leaves through SystemExit). The CPU is
+    the default device so that the tests read the same traces on a machine with a GPU."""
     try:
-        return cli.run_main(load_script(name).main, list(argv))
+        return cli.run_main(load_script(name).main, [*argv, "--device", device])
     except SystemExit as exit_:
         return exit_.code
 

@@ -34,7 +34,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(script, argv, message, tmp
 def test_cuda_without_a_gpu_is_refused(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert run_script("02_linear", "--device", "cuda", "--traces-dir", str(tmp_path)) == 2
+    assert run_script("02_linear", "--traces-dir", str(tmp_path), device="cuda") == 2
     assert capsys.readouterr().err.strip() == (
         "error: --device cuda was asked for, but PyTorch sees no CUDA GPU here"
     )
