@@ -45,7 +45,8 @@ def load(env_extra, tmp_path):
         {
             "HF_HUB_CACHE": str(tmp_path / "empty-cache"),
             "HF_HUB_OFFLINE": "1",
-            "PYTHONPATH": str(ROOT),
+            # keep the caller's PYTHONPATH (wheels installed with --target live there)
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
         },
         **env_extra,
     )
