@@ -21,7 +21,8 @@ import sys
 
 import torch
 
-from common import check, cli, outputs, profiling, share
+from common import check, cli, outputs, profiling
+from common.expectations import Expect
 
 SCRIPT = "01_matmul_add"
 ANNOTATION = "matmul_add"
@@ -31,14 +32,29 @@ def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tenso
     return torch.add(torch.matmul(x, w), b)
 
 
+# Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
+EXPECT = {
+    "eager": Expect(
+        gpu={"gemm": 1, "elementwise": 1, "memcpy": 0},
+        cpu_present=("aten::matmul", "aten::mm", "aten::add"),
+        why="two ops, two kernels",
+    ),
+    "compile": Expect(
+        gpu={"gemm": 1, "memcpy": 1, "elementwise": 0},
+        cpu_present=("Torch-Compiled Region*", "aten::addmm"),
+        cpu_absent=("aten::add",),
+        why="one addmm, still two GPU operations: b copied into the output, then the GEMM",
+    ),
+}
+
+
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
     parser.add_argument(
         "--size",
         type=cli.positive_int,
         default=64,
-        help="x, w and b are [size, size]; 64 is overhead-bound, "
-        "4096 compute-bound (default: 64)",
+        help="x, w and b are [size, size]; 64 is overhead-bound, 4096 compute-bound (default: 64)",
     )
     parser.add_argument(
         "--warmup",
@@ -79,12 +95,11 @@ def main(argv=None) -> int:
     elif args.compile:
         print("compile: happens inside the first (untraced) step of this cold run")
     profiling.profile_and_save(step, annotation=ANNOTATION, run=run, args=args, outputs=out_paths)
+    as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
 
     # Checked after profiling so that a cold run stays cold.
     check.against_reference(results[-1], matmul_add(x.float(), w.float(), b.float()), run.dtype)
-    if args.bucket:
-        return share.after_run(args.traces_dir, args.bucket, out_paths.trace)
-    return 0
+    return profiling.finish(args, out_paths, as_expected)
 
 
 if __name__ == "__main__":

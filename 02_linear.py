@@ -20,10 +20,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import check, cli, outputs, profiling, share
+from common import check, cli, outputs, profiling
+from common.expectations import Expect
 
 SCRIPT = "02_linear"
 ANNOTATION = "linear_fwd"
+
+# Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
+EXPECT = {
+    "eager": Expect(
+        gpu={"gemm": 1, "elementwise": 0},
+        cpu_present=("aten::linear", "aten::t", "aten::addmm"),
+        cpu_absent=("aten::add",),
+        why="the bias add rides in the GEMM's epilogue; aten::t only rewrites strides",
+    ),
+    "compile": Expect(
+        gpu={"gemm": 1, "elementwise": 0},
+        cpu_present=("Torch-Compiled Region*", "aten::addmm"),
+        cpu_absent=("aten::linear", "aten::t", "aten::add"),
+        gemms_as_in="eager",
+        why="nothing to fuse: the same GEMM, minus the CPU's view bookkeeping",
+    ),
+}
 
 
 def parse(argv):
@@ -73,9 +91,8 @@ def main(argv=None) -> int:
         profiling.profile_and_save(
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
-    if args.bucket:
-        return share.after_run(args.traces_dir, args.bucket, out_paths.trace)
-    return 0
+    as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    return profiling.finish(args, out_paths, as_expected)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from kernels import get_kernel
 
-from common import check, cli, kernel_source, mlp_flags, outputs, profiling, share
+from common import check, cli, kernel_source, mlp_flags, outputs, profiling
+from common.expectations import Expect
 
 SCRIPT = "03_kernels_mlp"
 ANNOTATION = "kernels_mlp_fwd"
@@ -37,6 +38,22 @@ class GeGLUConfig:
     hidden_size: int
     intermediate_size: int
     hidden_act: str = "gelu_pytorch_tanh"  # Liger implements the tanh GeLU only
+
+
+# Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
+EXPECT = {
+    "eager": Expect(
+        gpu={"gemm": 3, "triton": 1, "elementwise": 0, "inductor": 0},
+        cpu_absent=("TorchDynamo Cache Lookup", "aten::gelu", "aten::mul"),
+        why="the compiled MLP's fusion, written by hand: no compiler rows",
+    ),
+    "compile": Expect(
+        gpu={"gemm": 3, "triton": 1, "elementwise": 0},
+        cpu_present=("Torch-Compiled Region*",),
+        gemms_as_in="eager",
+        why="Dynamo wraps Liger's Triton kernel as it is; nothing left to fuse",
+    ),
+}
 
 
 def fetch_liger_layers():
@@ -98,9 +115,8 @@ def main(argv=None) -> int:
         profiling.profile_and_save(
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
-    if args.bucket:
-        return share.after_run(args.traces_dir, args.bucket, out_paths.trace)
-    return 0
+    as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    return profiling.finish(args, out_paths, as_expected)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import check, cli, mlp_flags, outputs, profiling, share
+from common import check, cli, mlp_flags, outputs, profiling
+from common.expectations import Expect
 
 SCRIPT = "03_simple_mlp"
 ANNOTATION = "mlp_fwd"
@@ -41,6 +42,24 @@ class SimpleGeGLUMLP(nn.Module):
         h = F.gelu(g, approximate="tanh")
         m = h * u
         return self.down_proj(m)
+
+
+# Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
+EXPECT = {
+    "eager": Expect(
+        gpu={"gemm": 3, "elementwise": 2, "inductor": 0},
+        cpu_present=("aten::linear", "aten::mm", "aten::gelu", "aten::mul"),
+        cpu_absent=("Torch-Compiled Region*",),
+        why="three projections, then GeLU and mul as separate elementwise kernels",
+    ),
+    "compile": Expect(
+        gpu={"gemm": 3, "inductor": 1, "elementwise": 0},
+        cpu_present=("Torch-Compiled Region*", "aten::mm"),
+        cpu_absent=("aten::linear", "aten::gelu", "aten::mul"),
+        gemms_as_in="eager",
+        why="the GEMMs untouched, GeLU and mul fused into one Triton kernel",
+    ),
+}
 
 
 def parse(argv):
@@ -72,9 +91,8 @@ def main(argv=None) -> int:
         profiling.profile_and_save(
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
-    if args.bucket:
-        return share.after_run(args.traces_dir, args.bucket, out_paths.trace)
-    return 0
+    as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    return profiling.finish(args, out_paths, as_expected)
 
 
 if __name__ == "__main__":

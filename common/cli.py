@@ -118,6 +118,12 @@ def make_parser(doc: str | None, *, prog: str) -> Parser:
         help="rows of the profiler table to print and save (default: 15)",
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with code 3 when the trace does not match the script's declared "
+        "expectation (default: report the mismatch and exit 0)",
+    )
+    parser.add_argument(
         "--bucket",
         metavar="NAME",
         default=None,

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from common import expectations, findings, share, trace_reader
 from common.cli import Run
+from common.expectations import Expect
 from common.outputs import Outputs, atomic
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
@@ -113,3 +116,31 @@ def profile_and_save(
         f"`uv run python -m common.share {outputs.trace.parent.parent} --bucket NAME`"
     )
     return prof
+
+
+def look(outputs: Outputs, expect: Expect) -> bool:
+    """Guess first, then look: read the written trace back and hold it to the expectation."""
+    trace = trace_reader.load(outputs.trace)
+    sibling_path = None
+    if expect.gemms_as_in:
+        sibling_path = outputs.trace.with_name(
+            outputs.trace.name.replace("_compile", f"_{expect.gemms_as_in}", 1)
+        )
+    sibling = trace_reader.load(sibling_path) if sibling_path and sibling_path.is_file() else None
+    verdict = expectations.check(trace, expect, sibling=sibling)
+    print(expectations.render(verdict, expect))
+    print("findings (uv run python -m common.explain TRACE for the full reading):")
+    for finding in findings.read(trace):
+        print(f"  {'PROBLEM: ' if finding.problem else ''}[{finding.topic}] {finding.message}")
+    return verdict.ok
+
+
+def finish(args: argparse.Namespace, outputs: Outputs, as_expected: bool) -> int:
+    """Share if asked, then the exit code: 3 for a mismatch under --strict."""
+    code = share.after_run(args.traces_dir, args.bucket, outputs.trace) if args.bucket else 0
+    if args.strict and not as_expected:
+        print(
+            "error: the trace does not match the declared expectation (--strict)", file=sys.stderr
+        )
+        return 3
+    return code

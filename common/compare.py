@@ -1,0 +1,194 @@
+"""Compare two traces (eager vs compiled, eager vs Liger): which GPU kernels are byte-for-byte
+the same, which CPU ops disappeared or appeared, per-kernel and per-step GPU times, and the HBM
+bytes that each side's extra kernels had to move.
+
+    uv run python -m common.compare traces/03_simple_mlp/{TAG}_eager.json \
+                                    traces/03_simple_mlp/{TAG}_compile.json
+    uv run python -m common.compare A B --json
+
+Byte estimate for an extra (non-GEMM) kernel: every tensor input the launching CPU op recorded
+(record_shapes) read once, plus one output the size of the largest input written once. That is
+the minimum an elementwise kernel must move; it is what fusion saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Sequence
+
+from common.cli import Parser
+from common.explain import load_or_exit
+from common.kernel_names import label
+from common.trace_reader import GpuItem, Trace
+
+DTYPE_BYTES = {
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "float": 4,
+    "double": 8,
+    "c10::Float8_e4m3fn": 1,
+    "int": 4,
+    "long int": 8,
+    "bool": 1,
+    "unsigned char": 1,
+    "signed char": 1,
+}
+
+
+def _kernels(trace: Trace) -> list[GpuItem]:
+    return [i for i in trace.steps[-1].gpu if i.kind != "memset"] if trace.steps else []
+
+
+def item_bytes(item: GpuItem) -> int | None:
+    """Minimum HBM traffic of an elementwise-like item, from its launcher's recorded inputs."""
+    if item.launcher is None:
+        return None
+    dims, types = item.launcher.args.get("Input Dims"), item.launcher.args.get("Input type")
+    if not dims or not types:
+        return None
+    sizes = []
+    for shape, dtype in zip(dims, types, strict=False):
+        if shape and dtype in DTYPE_BYTES:
+            numel = 1
+            for d in shape:
+                numel *= d
+            sizes.append(numel * DTYPE_BYTES[dtype])
+    return sum(sizes) + max(sizes) if sizes else None
+
+
+def _avg_times(trace: Trace) -> dict[str, float]:
+    times: dict[str, list[float]] = {}
+    for step in trace.steps:
+        for item in step.gpu:
+            times.setdefault(item.name, []).append(item.dur)
+    return {name: statistics.mean(v) for name, v in times.items()}
+
+
+def compare(a: Trace, b: Trace) -> dict:
+    ka, kb = _kernels(a), _kernels(b)
+    names_a, names_b = Counter(i.name for i in ka), Counter(i.name for i in kb)
+    only_a, only_b = names_a - names_b, names_b - names_a
+    common = names_a & names_b
+    ops_a = Counter(n for n in a.steps[-1].op_names()) if a.steps else Counter()
+    ops_b = Counter(n for n in b.steps[-1].op_names()) if b.steps else Counter()
+    avg_a, avg_b = _avg_times(a), _avg_times(b)
+
+    def extra(items, only):
+        out, left = [], Counter(only)
+        for item in items:
+            if left[item.name] > 0:
+                left[item.name] -= 1
+                out.append(
+                    {
+                        "name": item.name,
+                        "class": item.klass.cls,
+                        "reading": item.klass.detail,
+                        "launched_by": item.launched_by,
+                        "us": avg_a.get(item.name) if items is ka else avg_b.get(item.name),
+                        "bytes": item_bytes(item) if item.klass.cls != "gemm" else None,
+                    }
+                )
+        return out
+
+    extra_a, extra_b = extra(ka, only_a), extra(kb, only_b)
+    bytes_a = sum(e["bytes"] or 0 for e in extra_a)
+    bytes_b = sum(e["bytes"] or 0 for e in extra_b)
+    gemms_a = [i.name for i in ka if i.klass.cls == "gemm"]
+    gemms_b = [i.name for i in kb if i.klass.cls == "gemm"]
+    return {
+        "a": str(a.path),
+        "b": str(b.path),
+        "device_a": a.device,
+        "device_b": b.device,
+        "gpu_identical": [i.name for i in ka] == [i.name for i in kb],
+        "gemms_identical": gemms_a == gemms_b and bool(gemms_a),
+        "kernels_in_both": sorted(common.elements()),
+        "only_in_a": extra_a,
+        "only_in_b": extra_b,
+        "extra_bytes_a": bytes_a,
+        "extra_bytes_b": bytes_b,
+        "cpu_ops_gone": sorted((ops_a - ops_b).elements()),
+        "cpu_ops_new": sorted((ops_b - ops_a).elements()),
+        "kernel_avg_us": {
+            n: {"a": avg_a.get(n), "b": avg_b.get(n)} for n in dict.fromkeys([*avg_a, *avg_b])
+        },
+        "gpu_us_per_step": {
+            "a": statistics.mean(s.gpu_time for s in a.steps) if a.steps else 0,
+            "b": statistics.mean(s.gpu_time for s in b.steps) if b.steps else 0,
+        },
+    }
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def text(result: dict) -> str:
+    def short(name: str) -> str:
+        return name if len(name) <= 70 else name[:67] + "..."
+
+    lines = [
+        f"A: {result['a']} ({result['device_a'] or 'CPU only'})",
+        f"B: {result['b']} ({result['device_b'] or 'CPU only'})",
+        "GPU work: " + ("identical, kernel for kernel" if result["gpu_identical"] else "differs"),
+        "GEMM kernels: "
+        + ("byte-for-byte identical" if result["gemms_identical"] else "differ (or none)"),
+    ]
+    for side in ("a", "b"):
+        items = result[f"only_in_{side}"]
+        if items:
+            lines.append(f"only in {side.upper()}:")
+            for e in items:
+                moved = f", moves >= {_mb(e['bytes'])}" if e["bytes"] else ""
+                lines.append(
+                    f"  {e['us'] or 0:7.1f} us  {e['class']:<11} {short(e['name'])} "
+                    f"[{e['reading'] or e['launched_by']}]{moved}"
+                )
+    ba, bb = result["extra_bytes_a"], result["extra_bytes_b"]
+    if ba or bb:
+        lines.append(
+            f"HBM traffic of the extra kernels: A {_mb(ba)}, B {_mb(bb)} "
+            f"(difference {_mb(abs(ba - bb))})"
+        )
+    if result["cpu_ops_gone"]:
+        lines.append(
+            "CPU ops only in A (gone in B): "
+            + ", ".join(f"{n} x{c}" for n, c in Counter(result["cpu_ops_gone"]).items())
+        )
+    if result["cpu_ops_new"]:
+        lines.append(
+            "CPU ops only in B (new): "
+            + ", ".join(f"{n} x{c}" for n, c in Counter(result["cpu_ops_new"]).items())
+        )
+    lines.append("average GPU time per kernel (us):   A        B")
+    for name, t in result["kernel_avg_us"].items():
+        fa = f"{t['a']:8.1f}" if t["a"] is not None else "       -"
+        fb = f"{t['b']:8.1f}" if t["b"] is not None else "       -"
+        lines.append(f"  {label(name):<32} {fa} {fb}")
+    g = result["gpu_us_per_step"]
+    lines.append(f"GPU time per step: A {g['a']:.1f} us, B {g['b']:.1f} us")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = Parser(
+        prog="python -m common.compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("trace_a", help="the baseline trace (e.g. eager)")
+    parser.add_argument("trace_b", help="the variant (e.g. compiled, or Liger)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    result = compare(load_or_exit(args.trace_a), load_or_exit(args.trace_b))
+    print(json.dumps(result, indent=2) if args.json else text(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

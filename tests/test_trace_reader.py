@@ -1,0 +1,311 @@
+"""The trace reader, findings, expectations, explain and compare, on real H200 traces recorded by
+the scripts (tests/fixtures/h200, see its README) and on CPU traces made here."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from common import compare, expectations, explain, findings, trace_reader
+from common.kernel_names import classify, decode_fused_ops
+from tests.helpers import load_script, run_script
+
+H200 = Path(__file__).parent / "fixtures" / "h200"
+POSTS_MLP = "b64_s128_d768_h3072_bf16"
+FIXTURES = sorted(H200.rglob("*.json.gz"))
+
+
+def fixture(script: str, tag: str) -> trace_reader.Trace:
+    return trace_reader.load(H200 / script / f"{tag}.json.gz")
+
+
+def rewrite(tmp_path: Path, source: Path, change) -> Path:
+    """A copy of a real trace with `change(events)` applied: to stage a broken profile."""
+    data = json.loads(gzip.decompress(source.read_bytes()))
+    data["traceEvents"] = change(copy.deepcopy(data["traceEvents"]))
+    out = tmp_path / source.name.replace(".gz", "")
+    out.write_text(json.dumps(data))
+    return out
+
+
+# The scripts' own declared expectations hold on every real GPU trace.
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_declared_expectations_hold_on_real_gpu_traces(path):
+    script = load_script(path.parent.name)
+    mode = "compile" if "_compile" in path.name else "eager"
+    expect = script.EXPECT[mode]
+    sibling = None
+    if expect.gemms_as_in:
+        sibling = trace_reader.load(path.with_name(path.name.replace("_compile", "_eager")))
+    verdict = expectations.check(trace_reader.load(path), expect, sibling=sibling)
+    assert verdict.ok, verdict.mismatches
+
+
+def test_a_wrong_guess_is_reported_as_a_mismatch():
+    trace = fixture("03_simple_mlp", f"{POSTS_MLP}_eager")
+    wrong = expectations.Expect(gpu={"gemm": 3, "inductor": 1}, cpu_absent=("aten::gelu",))
+    verdict = expectations.check(trace, wrong)
+    assert verdict.mismatches == [
+        "1 inductor per step: seen 0",
+        "no CPU op aten::gelu: seen present in ProfilerStep#2, ProfilerStep#3, ProfilerStep#4",
+    ]
+
+
+def test_linear_one_gemm_with_bias_epilogue_launched_by_addmm():
+    trace = fixture("02_linear", "b1024_in32_out64_bf16_eager")
+    assert trace.device == "NVIDIA H200"
+    assert [s.name for s in trace.steps] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    for step in trace.steps:
+        (gemm,) = step.gpu
+        assert gemm.klass.cls == "gemm" and gemm.launched_by == "aten::addmm"
+        assert gemm.klass.facts["epilogue"].startswith("bias")
+        assert trace_reader.silent_ops(step) == ["aten::t", "aten::transpose", "aten::as_strided"]
+        linear = next(op for op in step.cpu_ops if op.name == "aten::linear")
+        chain = [op.name for op in trace_reader.subtree(step, linear)]
+        assert chain == [
+            "aten::linear",
+            "aten::t",
+            "aten::transpose",
+            "aten::as_strided",
+            "aten::addmm",
+        ]
+
+
+def test_mlp_eager_gpu_work_in_launch_order_with_launchers():
+    step = fixture("03_simple_mlp", f"{POSTS_MLP}_eager").steps[0]
+    kernels = [
+        (i.klass.cls, i.klass.detail.split(",")[0], i.launched_by)
+        for i in step.gpu
+        if i.kind == "kernel"
+    ]
+    assert kernels == [
+        ("gemm", "tile 256x128", "aten::mm"),
+        ("gemm", "tile 256x128", "aten::mm"),
+        ("elementwise", "gelu", "aten::gelu"),
+        ("elementwise", "mul", "aten::mul"),
+        ("gemm", "tile 192x128", "aten::mm"),
+    ]
+    assert set(trace_reader.silent_ops(step)) == {
+        "aten::t",
+        "aten::transpose",
+        "aten::as_strided",
+        "aten::reshape",
+        "aten::view",
+        "aten::_unsafe_view",
+    }
+
+
+def test_compiled_matmul_add_shows_the_hidden_memcpy_and_cache_hits():
+    trace = fixture("01_matmul_add", "64_bf16_warm_compile")
+    step = trace.steps[0]
+    assert [(i.kind, i.klass.detail.split(",")[-1].strip(), i.launched_by) for i in step.gpu] == [
+        ("memcpy", "DtoD", "aten::addmm"),
+        ("kernel", "epilogue beta*C", "aten::addmm"),
+    ]
+    topics = {f.topic: f for f in findings.read(trace)}
+    assert "Memcpy DtoD" in topics["memcpy"].message
+    assert "the same in every step (cache hits)" in topics["compile"].message
+    assert topics["bound"].message.startswith("overhead-bound")
+    assert "no occupancy queries" in topics["launch"].message
+    assert "cudaDeviceSynchronize after the last step" in topics["profiler"].message
+
+
+def test_liger_kernel_is_classed_as_hand_written_triton():
+    step = fixture("03_kernels_mlp", f"{POSTS_MLP}_eager").steps[0]
+    (liger,) = [i for i in step.gpu if i.klass.cls == "triton"]
+    assert liger.name == "_geglu_tanh_forward_kernel"
+    assert liger.launched_by == "LigerGELUMulFunction"
+
+
+@pytest.mark.parametrize(
+    ("name", "cls", "facts"),
+    [
+        # The posts' A100 names and Hopper's: classes by pattern, never by one architecture.
+        (
+            "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_32x1_tn_align8",
+            "gemm",
+            {"tile": "32x32", "layout": "tn"},
+        ),
+        (
+            "ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_tn",
+            "gemm",
+            {"tile": "128x256", "layout": "tn", "k_tile_x_stages": "64x3"},
+        ),
+        ("nvjet_sm90_tst_64x8_64x16_1x4_h_badd_NNT", "gemm", {"tile": "64x8", "layout": "NNT"}),
+        (
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1",
+            "gemm",
+            {"layout": "tn"},
+        ),
+        ("triton_red_fused_sum_1", "inductor", {"kind": "reduction", "fused_ops": ["sum"]}),
+        ("triton_per_fused__softmax_0", "inductor", {"fused_ops": ["_softmax"]}),
+        ("Memcpy HtoD (Pageable -> Device)", "memcpy", {}),
+        ("_geglu_tanh_forward_kernel", "triton", {}),
+        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "other", {}),
+    ],
+)
+def test_classification_by_pattern(name, cls, facts):
+    klass = classify(name)
+    assert klass.cls == cls
+    assert facts.items() <= klass.facts.items()
+
+
+def test_inductor_names_decode_into_their_fused_ops():
+    assert decode_fused_ops("_unsafe_view_gelu_mul") == ["_unsafe_view", "gelu", "mul"]
+    assert classify("triton_poi_fused__unsafe_view_gelu_mul_0").detail == (
+        "pointwise: _unsafe_view + gelu + mul"
+    )
+    assert classify("triton_tem_fused_mm_t_view_0").facts["fused_ops"] == ["mm", "t", "view"]
+
+
+def test_compare_eager_and_compiled_mlp():
+    eager = fixture("03_simple_mlp", f"{POSTS_MLP}_eager")
+    compiled = fixture("03_simple_mlp", f"{POSTS_MLP}_compile")
+    result = compare.compare(eager, compiled)
+    assert result["gemms_identical"] and not result["gpu_identical"]
+    assert [e["class"] for e in result["only_in_a"]] == ["elementwise", "elementwise"]
+    assert [e["class"] for e in result["only_in_b"]] == ["inductor"]
+    # Fusion saves one write and one read of the [8192, 3072] bf16 intermediate.
+    assert result["extra_bytes_a"] - result["extra_bytes_b"] == 2 * 8192 * 3072 * 2
+    assert "aten::gelu" in result["cpu_ops_gone"] and "aten::linear" in result["cpu_ops_gone"]
+    assert any(n.startswith("Torch-Compiled Region") for n in result["cpu_ops_new"])
+
+
+def test_compare_linear_eager_and_compiled_same_kernel():
+    result = compare.compare(
+        fixture("02_linear", "b1024_in32_out64_bf16_eager"),
+        fixture("02_linear", "b1024_in32_out64_bf16_compile"),
+    )
+    assert result["gpu_identical"] and result["gemms_identical"]
+    assert sorted(set(result["cpu_ops_gone"])) == [
+        "aten::as_strided",
+        "aten::linear",
+        "aten::t",
+        "aten::transpose",
+    ]
+
+
+def test_explain_and_compare_commands_text_and_json(capsys):
+    path = str(H200 / "03_simple_mlp" / f"{POSTS_MLP}_compile.json.gz")
+    assert explain.main([path]) == 0
+    out = capsys.readouterr().out
+    assert "pointwise: _unsafe_view + gelu + mul" in out and "findings:" in out
+    assert explain.main([path, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["steps"]) == 3 and data["device"] == "NVIDIA H200"
+    assert [i["class"] for i in data["steps"][0]["gpu"] if i["kind"] == "kernel"] == [
+        "gemm",
+        "gemm",
+        "inductor",
+        "gemm",
+    ]
+    eager = path.replace("_compile", "_eager")
+    assert compare.main([eager, path]) == 0
+    assert "GEMM kernels: byte-for-byte identical" in capsys.readouterr().out
+    assert compare.main([eager, path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gemms_identical"] is True
+
+
+def test_no_recorded_steps_is_a_health_problem(tmp_path):
+    source = H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz"
+    path = rewrite(
+        tmp_path,
+        source,
+        lambda ev: [e for e in ev if not str(e.get("name", "")).startswith("Profiler")],
+    )
+    (problem,) = findings.read(trace_reader.load(path))
+    assert problem.problem and "schedule" in problem.message
+
+
+def test_gpu_run_without_kernels_points_at_cupti(tmp_path):
+    source = H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz"
+    path = rewrite(tmp_path, source, lambda ev: [e for e in ev if e.get("cat") != "kernel"])
+    problems = [f for f in findings.read(trace_reader.load(path)) if f.problem]
+    assert len(problems) == 1 and "CUPTI" in problems[0].message
+
+
+def test_recompile_inside_the_recorded_steps_is_a_health_problem(tmp_path):
+    source = H200 / "02_linear" / "b8_in4_out6_bf16_compile.json.gz"
+
+    def recompile_last_step(ev):
+        regions = [e for e in ev if str(e.get("name", "")).startswith("Torch-Compiled Region")]
+        max(regions, key=lambda e: e["ts"])["name"] = "Torch-Compiled Region: 0/1"
+        return ev
+
+    path = rewrite(tmp_path, source, recompile_last_step)
+    problems = [f for f in findings.read(trace_reader.load(path)) if f.problem]
+    assert problems and "recompile" in problems[0].message
+
+
+def test_step_to_step_variation_of_one_kernel_is_pointed_out(tmp_path):
+    source = H200 / "03_simple_mlp" / f"{POSTS_MLP}_eager.json.gz"
+
+    def slow_first_gelu(ev):
+        gelus = sorted(
+            (e for e in ev if "GeluCUDAKernelImpl" in str(e.get("name"))), key=lambda e: e["ts"]
+        )
+        gelus[0]["dur"] *= 1.5
+        return ev
+
+    found = findings.read(trace_reader.load(rewrite(tmp_path, source, slow_first_gelu)))
+    variation = [f for f in found if f.topic == "variation"]
+    assert len(variation) == 1
+    assert variation[0].message.startswith("elementwise gelu took 31.4 to 47.8 us")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"   \n",
+        b'{"traceEvents": [{"ph": "X", "name": "a"',
+        b'{"hello": "world"}',
+        b"\x1f\x8b\x08\x00garbage",
+        b"[1, 2, 3]",
+    ],
+)
+def test_bad_trace_files_are_one_line_and_exit_2(content, tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    for command in (
+        lambda: explain.main([str(path)]),
+        lambda: compare.main([str(path), str(path)]),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            command()
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.splitlines()) == 1
+
+
+def test_truncated_real_trace_is_refused(tmp_path, capsys):
+    whole = gzip.decompress((H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz").read_bytes())
+    path = tmp_path / "cut.json"
+    path.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(SystemExit):
+        explain.main([str(path)])
+    assert "not valid JSON (truncated?)" in capsys.readouterr().err
+
+
+def test_cpu_trace_made_here_reads_as_cpu_only(tmp_path, capsys):
+    assert run_script("02_linear", "--batch", "8", "--traces-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "expected vs seen" in out and "all as expected" in out
+    trace = trace_reader.load(tmp_path / "02_linear" / "b8_in32_out64_bf16_eager_cpu.json")
+    assert trace.device is None and trace.gpu_items == 0 and len(trace.steps) == 3
+    assert findings.read(trace)[0].message.startswith("CPU-only trace")
+    assert "aten::t" in trace_reader.silent_ops(trace.steps[0])
+
+
+def test_strict_turns_a_mismatch_into_exit_3(tmp_path, monkeypatch, capsys):
+    script = load_script("02_linear")
+    wrong = dict(script.EXPECT, eager=expectations.Expect(cpu_present=("aten::add",)))
+    monkeypatch.setattr(script, "EXPECT", wrong)
+    assert run_script("02_linear", "--batch", "8", "--traces-dir", str(tmp_path)) == 0
+    assert "MISMATCH  CPU op aten::add" in capsys.readouterr().out
+    assert run_script("02_linear", "--batch", "8", "--traces-dir", str(tmp_path), "--strict") == 3
+    assert "does not match the declared expectation" in capsys.readouterr().err
