@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from common import check, cli, outputs, profiling
+from common import bench, check, cli, outputs, profiling, traffic
 from common.expectations import Expect
 
 SCRIPT = "01_matmul_add"
@@ -96,9 +96,12 @@ def main(argv=None) -> int:
         print("compile: happens inside the first (untraced) step of this cold run")
     profiling.profile_and_save(step, annotation=ANNOTATION, run=run, args=args, outputs=out_paths)
     as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
-
     # Checked after profiling so that a cold run stays cold.
     check.against_reference(results[-1], matmul_add(x.float(), w.float(), b.float()), run.dtype)
+    if args.bench:
+        model = traffic.matmul_add(n, elt, compiled=args.compile)
+        bench.report(lambda: fn(x, w, b), run=run, model=model, trace=out_paths.trace, args=args)
+
     return profiling.finish(args, out_paths, as_expected)
 
 

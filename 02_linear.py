@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import check, cli, outputs, profiling
+from common import bench, check, cli, outputs, profiling, traffic
 from common.expectations import Expect
 
 SCRIPT = "02_linear"
@@ -92,6 +92,10 @@ def main(argv=None) -> int:
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
     as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    if args.bench:
+        model = traffic.linear(args.batch, args.in_dim, args.out_dim, elt)
+        with torch.no_grad():
+            bench.report(lambda: forward(x), run=run, model=model, trace=out_paths.trace, args=args)
     return profiling.finish(args, out_paths, as_expected)
 
 

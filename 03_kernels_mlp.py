@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from kernels import get_kernel
 
-from common import check, cli, kernel_source, mlp_flags, outputs, profiling
+from common import bench, check, cli, kernel_source, mlp_flags, outputs, profiling, traffic
 from common.expectations import Expect
 
 SCRIPT = "03_kernels_mlp"
@@ -116,6 +116,11 @@ def main(argv=None) -> int:
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
     as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    if args.bench:
+        tokens, elt = args.batch * args.seq, x.element_size()
+        model = traffic.geglu_mlp(tokens, args.dim, args.hidden, elt, fused=True)
+        with torch.no_grad():
+            bench.report(lambda: forward(x), run=run, model=model, trace=out_paths.trace, args=args)
     return profiling.finish(args, out_paths, as_expected)
 
 

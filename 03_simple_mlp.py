@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import check, cli, mlp_flags, outputs, profiling
+from common import bench, check, cli, mlp_flags, outputs, profiling, traffic
 from common.expectations import Expect
 
 SCRIPT = "03_simple_mlp"
@@ -92,6 +92,11 @@ def main(argv=None) -> int:
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
     as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    if args.bench:
+        tokens, elt = args.batch * args.seq, x.element_size()
+        model = traffic.geglu_mlp(tokens, args.dim, args.hidden, elt, fused=args.compile)
+        with torch.no_grad():
+            bench.report(lambda: forward(x), run=run, model=model, trace=out_paths.trace, args=args)
     return profiling.finish(args, out_paths, as_expected)
 
 

@@ -118,6 +118,18 @@ def make_parser(doc: str | None, *, prog: str) -> Parser:
         help="rows of the profiler table to print and save (default: 15)",
     )
     parser.add_argument(
+        "--bench",
+        action="store_true",
+        help="after profiling, time the forward without the profiler (median and 20th/80th "
+        "percentiles) and, on a GPU, compare it with the device's measured ceilings",
+    )
+    parser.add_argument(
+        "--fresh-ceilings",
+        "--fresh_ceilings",
+        action="store_true",
+        help="with --bench: measure the device's ceilings again instead of using the cache",
+    )
+    parser.add_argument(
         "--strict",
         action="store_true",
         help="exit with code 3 when the trace does not match the script's declared "

@@ -55,6 +55,13 @@ def warm_up(
     return out
 
 
+def quiet_kineto(run: Run) -> None:
+    """Kineto logs profiler start/stop and a failed GPU probe on a CPU-only machine: noise on a
+    laptop console. The level is read when the profiler starts; a user's setting wins."""
+    if not run.on_gpu:
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
 def record(
     step: Callable[[], object], *, annotation: str, run: Run, args: argparse.Namespace
 ) -> profile:
@@ -62,10 +69,7 @@ def record(
     activities = [ProfilerActivity.CPU]
     if run.on_gpu:
         activities.append(ProfilerActivity.CUDA)
-    else:
-        # Kineto logs profiler start/stop and a failed GPU probe on a CPU-only machine:
-        # noise on a laptop console. The level is read when the profiler starts.
-        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    quiet_kineto(run)
     steps = args.wait + args.warmup_steps + args.active
     with profile(
         activities=activities,

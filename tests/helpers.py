@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -18,6 +19,7 @@ def load_script(name: str):
     """Import `01_matmul_add.py` and friends (their names are not valid module names)."""
     spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
     spec.loader.exec_module(module)
     return module
 

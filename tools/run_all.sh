@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # Run every lesson, eager and compiled: at tiny shapes (a smoke test that also works on a CPU)
 # or at the posts' shapes (what docs/observations.md records on a GPU).
-#   bash tools/run_all.sh [tiny|posts] [TRACES_DIR]
+#   bash tools/run_all.sh [tiny|posts] [TRACES_DIR] [EXTRA FLAGS...]   (e.g. --bench)
 # PYTHON picks the interpreter (default: uv run python; on a machine without uv, PYTHON=python3).
 set -u
 shapes=${1:-tiny}
 traces=${2:-traces}
+shift $(( $# < 2 ? $# : 2 ))
+extra=("$@")
 py=${PYTHON:-uv run python}
 case $shapes in
     tiny) s01="--size 16"; s02="--batch 8 --in_dim 4 --out_dim 6"
           s03="--batch 2 --seq 8 --dim 64 --hidden 128" ;;
     posts) s01="--size 64"; s02="--batch 1024 --in_dim 32 --out_dim 64"
            s03="--batch 64 --seq 128 --dim 768 --hidden 3072" ;;
-    *) echo "usage: tools/run_all.sh [tiny|posts] [TRACES_DIR]" >&2; exit 2 ;;
+    *) echo "usage: tools/run_all.sh [tiny|posts] [TRACES_DIR] [EXTRA FLAGS...]" >&2; exit 2 ;;
 esac
 gpu=$($py -c "import torch; print(int(torch.cuda.is_available()))")
 failed=()
 run() {
     echo "=== $*"
-    $py "$@" --traces-dir "$traces" || failed+=("$* (exit $?)")
+    $py "$@" --traces-dir "$traces" "${extra[@]}" || failed+=("$* (exit $?)")
 }
 for mode in "" --compile; do
     run 01_matmul_add.py $s01 $mode

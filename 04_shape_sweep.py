@@ -1,0 +1,306 @@
+"""Beyond the posts: does torch.compile really re-specialize per shape while Liger does not?
+
+Part 2 closes on a claim it never measures: Inductor's fused GeGLU kernel is fast because it
+was generated for one shape, so changing batch, sequence or hidden size costs a recompile,
+while Liger's hand-written kernel runs any shape as it is. This sweep runs the GeGLU MLP of
+03_simple_mlp.py over a list of shapes and counts, from Dynamo's own counters, what compiles.
+
+Guess first:
+  eager            no compiles; GeLU and mul stay two kernels at every shape.
+  compile          (default) the first shape compiles; the next new shape recompiles once with
+                   dynamic sizes ("automatic dynamic shapes"), then later batch x seq changes
+                   reuse it. A new hidden size is a new module: one more compile.
+  compile-static   (dynamic=False) every new shape recompiles, until Dynamo's recompile limit;
+                   past it Dynamo runs the frame eagerly. The sweep flags such rows.
+  compile-dynamic  (dynamic=True) one compile with symbolic sizes covers batch x seq changes.
+  mark-dynamic     torch._dynamo.mark_dynamic on the batch and seq dims: the same, opted in per
+                   input rather than for the whole function.
+  liger            no compiles at all (GPU only).
+
+    uv run 04_shape_sweep.py
+    uv run 04_shape_sweep.py --shapes 8x128,32x128,64x256 --variants eager,compile,liger
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+from torch._dynamo.utils import compilation_time_metrics, counters
+from torch.profiler import ProfilerActivity, profile
+
+from common import check, cli, outputs, profiling, sweep_report, timing
+from common.kernel_names import classify
+
+SCRIPT = "04_shape_sweep"
+VARIANTS = ("eager", "compile", "compile-static", "compile-dynamic", "mark-dynamic", "liger")
+GEGLU_CLASSES = ("elementwise", "inductor", "triton")  # the non-GEMM kernels between the GEMMs
+
+
+@dataclass
+class Row:
+    variant: str
+    batch: int
+    seq: int
+    hidden: int
+    compiles: int  # graphs Dynamo compiled during this shape's first call
+    compile_s: float  # Dynamo's own compile time for them (_compile.compile_inner)
+    limit_hit: bool  # Dynamo refused to recompile: the recompile limit
+    ran_compiled: bool | None  # a Torch-Compiled Region ran (None for eager and liger)
+    forward_us: float
+    p20_us: float
+    p80_us: float
+    geglu_us: float | None  # GPU time of the kernels between the GEMMs (None on a CPU)
+    geglu_kernels: int
+    rel_err: float
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    shapes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        batch, sep, seq = item.partition("x")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not BATCHxSEQ, e.g. 8x128")
+        shapes.append((cli.positive_int(batch), cli.positive_int(seq)))
+    if not shapes:
+        raise argparse.ArgumentTypeError("the shape list is empty")
+    return shapes
+
+
+def parse_variants(text: str) -> list[str]:
+    chosen = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown or no variants {unknown}; choose from {', '.join(VARIANTS)}"
+        )
+    return chosen
+
+
+def parse(argv):
+    parser = cli.Parser(
+        prog=f"{SCRIPT}.py",
+        description=__doc__,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=parse_shapes("8x128,16x128,32x128,64x128,64x256,128x128"),
+        help="BATCHxSEQ list; the post's shape is 64x128 (default: "
+        "8x128,16x128,32x128,64x128,64x256,128x128)",
+    )
+    parser.add_argument("--dim", type=cli.positive_int, default=768, help="(default: 768)")
+    parser.add_argument("--hidden", type=cli.positive_int, default=3072, help="(default: 3072)")
+    parser.add_argument(
+        "--hidden-change",
+        "--hidden_change",
+        type=cli.non_negative_int,
+        default=4096,
+        help="rerun the last shape with this hidden size, a new module; 0 to skip (default: 4096)",
+    )
+    parser.add_argument(
+        "--variants",
+        type=parse_variants,
+        default=None,
+        help=f"comma-separated, from {', '.join(VARIANTS)} (default: all; "
+        "liger is skipped without a GPU)",
+    )
+    parser.add_argument(
+        "--recompile-limit",
+        "--recompile_limit",
+        type=cli.positive_int,
+        default=None,
+        help="set torch._dynamo.config.recompile_limit "
+        "(default: torch's own, "
+        f"{torch._dynamo.config.recompile_limit})",
+    )
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    parser.add_argument("--dtype", choices=list(cli.DTYPES), default="bf16")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--traces-dir",
+        "--traces_dir",
+        default="traces",
+        metavar="DIR",
+        help="the table (.txt), rows (.csv) and plot (.png) go to "
+        "DIR/04_shape_sweep/ (default: traces)",
+    )
+    return parser.parse_args(argv)
+
+
+def snapshot() -> tuple[int, float, int]:
+    limit_hits = sum(
+        n
+        for k, n in counters["unimplemented"].items()
+        if k.startswith("Dynamo recompile limit exceeded")
+    )
+    return (
+        counters["stats"]["unique_graphs"],
+        sum(compilation_time_metrics.get("_compile.compile_inner", [])),
+        limit_hits,
+    )
+
+
+def profile_once(fn, x, run) -> tuple[bool, float | None, int]:
+    """One profiled call: did a compiled region run, and the GPU time of the GeGLU kernels."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else [])
+    profiling.quiet_kineto(run)
+    with profile(activities=activities) as prof:
+        fn(x)
+        profiling_sync(run)
+    names = [e.name for e in prof.events()]
+    ran_compiled = any(n.startswith("Torch-Compiled Region") for n in names)
+    if not run.on_gpu:
+        return ran_compiled, None, 0
+    geglu = [
+        e
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and classify(e.name).cls in GEGLU_CLASSES
+    ]
+    return ran_compiled, sum(e.time_range.elapsed_us() for e in geglu), len(geglu)
+
+
+def profiling_sync(run) -> None:
+    if run.on_gpu:
+        torch.cuda.synchronize(run.device)
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    run = cli.resolve(args)
+    if args.variants and "liger" in args.variants and not run.on_gpu:
+        raise cli.UsageError("the liger variant needs a CUDA GPU (Liger's kernel is Triton)")
+    variants = args.variants or [v for v in VARIANTS if run.on_gpu or v != "liger"]
+    if len(variants) < len(VARIANTS) and not args.variants:
+        print("note: no CUDA GPU: the liger variant is skipped")
+    shapes = [(b, s, args.hidden) for b, s in args.shapes]
+    if args.hidden_change:
+        shapes.append((*args.shapes[-1], args.hidden_change))
+    biggest = max(b * s * max(h, args.hidden) for b, s, h in shapes)
+    cli.ensure_fits(biggest * 6 * 4 + 3 * args.dim * max(h for *_, h in shapes) * 4, run)
+    tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
+    folder = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=False).table.parent
+    limit = args.recompile_limit or torch._dynamo.config.recompile_limit
+    # Inductor's on-disk graph cache would turn a later variant's compile into a cache read:
+    # off, so that each compile time is a real compile.
+    with (
+        torch._dynamo.config.patch(recompile_limit=limit),
+        torch._inductor.config.patch(fx_graph_cache=False),
+    ):
+        rows = sweep(variants, shapes, args, run)
+
+    table = sweep_report.table(rows, limit=limit, device=describe(run))
+    print(table)
+    written = sweep_report.write(folder, tag, rows, table)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) -> list[Row]:
+    """Every variant over every shape, Dynamo reset between variants; one Row per pair."""
+    mlp_lesson = importlib.import_module("03_simple_mlp")
+    rows: list[Row] = []
+    total = len(variants) * len(shapes)
+    for variant in variants:
+        torch._dynamo.reset()  # each variant starts with an empty compile cache
+        counters.clear()
+        compilation_time_metrics.clear()
+        modules, forwards = {}, {}
+        for batch, seq, hidden in shapes:
+            if hidden not in modules:
+                modules[hidden] = build(variant, args.dim, hidden, run, mlp_lesson)
+                forwards[hidden] = make_forward(variant, modules[hidden])
+            module, fn = modules[hidden], forwards[hidden]
+            x = torch.randn(batch, seq, args.dim, device=run.device, dtype=run.dtype)
+            if variant == "mark-dynamic":
+                torch._dynamo.mark_dynamic(x, 0)
+                torch._dynamo.mark_dynamic(x, 1)
+            with torch.no_grad():
+                before = snapshot()
+                out = fn(x)
+                profiling_sync(run)
+                graphs, seconds, hits = (a - b for a, b in zip(snapshot(), before, strict=True))
+                err = check.relative_error(out, reference(module, x))
+                if err > check.TOLERANCE[run.dtype]:
+                    raise check.MismatchError(
+                        f"{variant} at {batch}x{seq}, hidden {hidden}: relative error {err:.2e}"
+                    )
+                measured = timing.time_fn(lambda fn=fn, x=x: fn(x), on_gpu=run.on_gpu)
+                ran_compiled, geglu_us, n_kernels = profile_once(fn, x, run)
+            compiled_variant = variant.startswith(("compile", "mark"))
+            row = Row(
+                variant,
+                batch,
+                seq,
+                hidden,
+                graphs,
+                seconds,
+                hits > 0,
+                ran_compiled if compiled_variant else None,
+                measured.median_s * 1e6,
+                measured.p20_s * 1e6,
+                measured.p80_s * 1e6,
+                geglu_us,
+                n_kernels,
+                err,
+            )
+            rows.append(row)
+            print(f"[{len(rows)}/{total}] {sweep_report.progress(row)}", flush=True)
+
+    return rows
+
+
+def build(variant: str, dim: int, hidden: int, run, mlp_lesson) -> torch.nn.Module:
+    if variant == "liger":
+        kernels_lesson = importlib.import_module("03_kernels_mlp")
+        from common import kernel_source
+
+        layers, source = kernel_source.liger_layers(
+            kernels_lesson.fetch_liger_layers, kernels_lesson.REPO_ID
+        )
+        print(f"kernels: {source}")
+        config = kernels_lesson.GeGLUConfig(hidden_size=dim, intermediate_size=hidden)
+        module = layers.LigerGEGLUMLP(config)
+    else:
+        module = mlp_lesson.SimpleGeGLUMLP(dim, hidden)
+    return module.to(run.device, run.dtype).eval()
+
+
+def make_forward(variant: str, module: torch.nn.Module):
+    if variant in ("eager", "liger"):
+        return module
+    options = {
+        "compile": {},
+        "mark-dynamic": {},
+        "compile-static": {"dynamic": False},
+        "compile-dynamic": {"dynamic": True},
+    }[variant]
+    return torch.compile(module, **options)
+
+
+def reference(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The GeGLU MLP in float32 with the module's own weights."""
+    f = torch.nn.functional
+    xf = x.float()
+    g = f.linear(xf, module.gate_proj.weight.float())
+    u = f.linear(xf, module.up_proj.weight.float())
+    return f.linear(f.gelu(g, approximate="tanh") * u, module.down_proj.weight.float())
+
+
+def describe(run) -> str:
+    where = torch.cuda.get_device_name(run.device) if run.on_gpu else "CPU"
+    return (
+        f"{where}, torch {torch.__version__}, {time.strftime('%Y-%m-%d', time.gmtime())}, "
+        f"{run.dtype_name}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(cli.run_main(main))

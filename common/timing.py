@@ -1,0 +1,80 @@
+"""Time a function without the profiler: warm up, repeat, report the median and the spread.
+
+On a GPU this is Triton's `do_bench` (CUDA events, an L2 flush between runs, warm-up and
+repetition budgets in milliseconds). On a CPU the same protocol with a host clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+QUANTILES = (0.5, 0.2, 0.8)
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_s: float
+    p20_s: float
+    p80_s: float
+    runs: int
+    how: str
+
+    def us(self) -> str:
+        return (
+            f"{self.median_s * 1e6:.1f} us (20th-80th percentile "
+            f"{self.p20_s * 1e6:.1f}-{self.p80_s * 1e6:.1f}, {self.how})"
+        )
+
+
+def summarize(samples_s: list[float], how: str) -> Timing:
+    """Median and 20th/80th percentiles (linear interpolation, as numpy's default)."""
+    if not samples_s:
+        raise ValueError("no samples to summarize")
+    ordered = sorted(samples_s)
+
+    def quantile(q: float) -> float:
+        pos = q * (len(ordered) - 1)
+        low = int(pos)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+    return Timing(statistics.median(ordered), quantile(0.2), quantile(0.8), len(ordered), how)
+
+
+def time_cpu(
+    fn: Callable[[], object],
+    *,
+    warmup_s: float = 0.05,
+    budget_s: float = 0.5,
+    min_runs: int = 10,
+    max_runs: int = 10_000,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Warm up for `warmup_s`, then time single calls until `budget_s` and `min_runs` are met."""
+    fn()  # at least one untimed call: lazy initialisation stays out of the samples
+    start = clock()
+    while clock() - start < warmup_s:
+        fn()
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < max_runs and (len(samples) < min_runs or spent < budget_s):
+        t0 = clock()
+        fn()
+        elapsed = clock() - t0
+        samples.append(elapsed)
+        spent += elapsed
+    return summarize(samples, f"{len(samples)} runs, host clock")
+
+
+def time_gpu(fn: Callable[[], object], *, warmup_ms: int = 25, rep_ms: int = 100) -> Timing:
+    from triton.testing import do_bench
+
+    median, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES))
+    return Timing(median / 1e3, p20 / 1e3, p80 / 1e3, 0, f"do_bench, {rep_ms} ms of runs")
+
+
+def time_fn(fn: Callable[[], object], *, on_gpu: bool) -> Timing:
+    return time_gpu(fn) if on_gpu else time_cpu(fn)
