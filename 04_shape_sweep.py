@@ -54,6 +54,7 @@ class Row:
     forward_us: float
     p20_us: float
     p80_us: float
+    queued_us: float  # per call with calls queued back to back (GPU only; else = forward_us)
     geglu_us: float | None  # GPU time of the kernels between the GEMMs (None on a CPU)
     geglu_kernels: int
     rel_err: float
@@ -233,6 +234,9 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) ->
                         f"{variant} at {batch}x{seq}, hidden {hidden}: relative error {err:.2e}"
                     )
                 measured = timing.time_fn(lambda fn=fn, x=x: fn(x), on_gpu=run.on_gpu)
+                queued = (
+                    timing.time_gpu_queued(lambda fn=fn, x=x: fn(x)) if run.on_gpu else measured
+                )
                 ran_compiled, geglu_us, n_kernels = profile_once(fn, x, run)
             compiled_variant = variant.startswith(("compile", "mark"))
             row = Row(
@@ -247,6 +251,7 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) ->
                 measured.median_s * 1e6,
                 measured.p20_s * 1e6,
                 measured.p80_s * 1e6,
+                queued.median_s * 1e6,
                 geglu_us,
                 n_kernels,
                 err,

@@ -51,6 +51,17 @@ def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] 
     return [statistics.median(col) for col in zip(*per_step, strict=True)]
 
 
+def _us(seconds: float) -> str:
+    """Microseconds, with enough digits for sub-microsecond floors."""
+    us = seconds * 1e6
+    return f"{us:.1f} us" if us >= 1 else f"{us:.3f} us"
+
+
+def gpu_busy_s(trace: trace_reader.Trace) -> float:
+    """Median over the recorded steps of the summed durations of their GPU work."""
+    return statistics.median(step.gpu_time for step in trace.steps) / 1e6
+
+
 def report(
     forward: Callable[[], object],
     *,
@@ -61,20 +72,31 @@ def report(
 ) -> timing.Timing:
     measured = timing.time_fn(forward, on_gpu=run.on_gpu)
     flops, moved = traffic.total(model)
-    profiled = profiled_step_s(trace_reader.load(trace))
-    print("bench (profiler detached):")
-    print(f"  forward: {measured.us()}")
+    recorded = trace_reader.load(trace)
+    profiled = profiled_step_s(recorded)
     t = measured.median_s
+    print("bench (profiler detached):")
     if not run.on_gpu:
+        print(f"  forward: {measured.us()}")
         print(
-            f"  achieved: {flops / t / 1e9:.1f} GFLOP/s on the CPU (no ceilings are measured on "
-            "a CPU, so no roofline claims)"
+            f"  achieved: {flops / t / 1e9:.1f} GFLOP/s on the CPU (no ceilings are measured "
+            "on a CPU, so no roofline claims)"
         )
         print(
-            f"  profiler: a profiled step took {profiled * 1e6:.1f} us, "
-            f"{profiled / t:.1f}x the benched forward"
+            f"  profiler: a profiled step took {_us(profiled)}, {profiled / t:.1f}x the "
+            "benched forward"
         )
         return measured
+    queued = timing.time_gpu_queued(forward)
+    busy = gpu_busy_s(recorded)
+    print(f"  forward, one call at a time: {measured.us()}")
+    print(f"  forward, calls queued:       {queued.us()}")
+    print(f"  GPU busy per forward:        {_us(busy)} (sum of its kernels' profiled durations)")
+    if t > 1.2 * busy:
+        print(
+            f"  -> {_us(t - busy)} of each single call is the CPU launching work the GPU "
+            "waits for (Python, dispatch, guards): launch overhead, not kernel time"
+        )
     ceil, cached = ceilings.get(
         ceilings.device_key(run.device),
         lambda: ceilings.measure(run.device),
@@ -85,16 +107,19 @@ def report(
     floor = max(compute_s, memory_s)
     print(
         f"  model: {flops / 1e9:.2f} GFLOP, {moved / 1e6:.1f} MB through HBM "
-        f"(compute {compute_s * 1e6:.1f} us, memory {memory_s * 1e6:.1f} us)"
+        f"(compute {_us(compute_s)}, memory {_us(memory_s)})"
     )
     print(
-        f"  achieved: {flops / t / 1e12:.1f} TFLOP/s ({flops / t / ceil.flops_per_s:.0%} of the "
-        f"matrix ceiling), {moved / t / 1e12:.2f} TB/s ({moved / t / ceil.bytes_per_s:.0%} of "
-        "the copy ceiling)"
+        f"  achieved (one call): {flops / t / 1e12:.1f} TFLOP/s "
+        f"({flops / t / ceil.flops_per_s:.0%} of the matrix ceiling), "
+        f"{moved / t / 1e12:.2f} TB/s ({moved / t / ceil.bytes_per_s:.0%} of the copy ceiling)"
     )
     bound = "compute" if compute_s >= memory_s else "memory"
-    print(f"  floor: {floor * 1e6:.1f} us ({bound}-bound); measured / floor = {t / floor:.2f}")
-    times = kernel_times(trace_reader.load(trace), model)
+    print(
+        f"  floor: {_us(floor)} ({bound}-bound); one call / floor = {t / floor:.2f}, "
+        f"queued / floor = {queued.median_s / floor:.2f}, GPU busy / floor = {busy / floor:.2f}"
+    )
+    times = kernel_times(recorded, model)
     if isinstance(times, str):
         print(f"  per kernel: {times}")
     else:
@@ -102,11 +127,11 @@ def report(
         for kernel, seconds in zip(model, times, strict=True):
             k_floor, by = kernel.floor_s(flops_per_s=ceil.flops_per_s, bytes_per_s=ceil.bytes_per_s)
             print(
-                f"    {kernel.label:<26} {seconds * 1e6:8.1f} us   floor {k_floor * 1e6:7.1f} us "
+                f"    {kernel.label:<26} {_us(seconds):>10}   floor {_us(k_floor):>10} "
                 f"({by}, {kernel.bytes / 1e6:.1f} MB)   x{seconds / k_floor:.2f}"
             )
     print(
-        f"  profiler: a profiled step took {profiled * 1e6:.1f} us (step start to last kernel "
-        f"end), {profiled / t:.2f}x the benched forward"
+        f"  profiler: a profiled step took {_us(profiled)} (step start to last kernel end), "
+        f"{profiled / t:.2f}x the one-call forward"
     )
     return measured

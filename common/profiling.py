@@ -75,6 +75,7 @@ def record(
         activities=activities,
         schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
         record_shapes=True,  # the table's input dims tell which GEMM is which
+        acc_events=True,  # one cycle only; also keeps torch from warning that it clears events
     ) as prof:
         for _ in range(steps):
             with record_function(annotation):

@@ -24,14 +24,14 @@ def progress(row) -> str:
     geglu = f", GeGLU kernels {row.geglu_us:.1f} us" if row.geglu_us is not None else ""
     return (
         f"{row.variant:<15} {row.batch}x{row.seq} h{row.hidden}: {_compile_note(row)}, "
-        f"forward {row.forward_us:.1f} us{geglu}"
+        f"forward {row.forward_us:.1f} us (queued {row.queued_us:.1f}){geglu}"
     )
 
 
 def table(rows, *, limit: int, device: str) -> str:
     head = (
         f"{'variant':<15} {'batch x seq':>11} {'hidden':>6} {'compile':<34} "
-        f"{'forward us':>10} {'p20-p80':>15} {'GeGLU us':>9}"
+        f"{'forward us':>10} {'p20-p80':>15} {'queued us':>9} {'GeGLU us':>9}"
     )
     lines = [f"shape sweep on {device}; Dynamo recompile_limit = {limit}", head, "-" * len(head)]
     for r in rows:
@@ -39,7 +39,7 @@ def table(rows, *, limit: int, device: str) -> str:
         spread = f"{r.p20_us:.1f}-{r.p80_us:.1f}"
         lines.append(
             f"{r.variant:<15} {f'{r.batch}x{r.seq}':>11} {r.hidden:>6} "
-            f"{_compile_note(r):<34} {r.forward_us:10.1f} {spread:>15} {geglu}"
+            f"{_compile_note(r):<34} {r.forward_us:10.1f} {spread:>15} {r.queued_us:9.1f} {geglu}"
         )
     fell_back = [r for r in rows if r.ran_compiled is False]
     totals = {}
@@ -80,12 +80,17 @@ def _plot(rows, path: Path) -> None:
             f"{r.batch}x{r.seq}" + ("" if r.hidden == mine[0].hidden else f"\nh{r.hidden}")
             for r in mine
         ]
-        ax_time.plot(labels, [r.forward_us for r in mine], marker="o", label=variant)
+        line = ax_time.plot(labels, [r.forward_us for r in mine], marker="o", label=variant)[0]
+        ax_time.plot(labels, [r.queued_us for r in mine], linestyle=":", color=line.get_color())
         ax_compile.plot(labels, [r.compile_s for r in mine], marker="o", label=variant)
         for i, r in enumerate(mine):
             if r.ran_compiled is False:
                 ax_time.annotate("eager!", (i, r.forward_us), color="red")
-    ax_time.set(title="forward time (median, no profiler)", ylabel="us", xlabel="batch x seq")
+    ax_time.set(
+        title="forward, no profiler (solid: one call; dotted: queued)",
+        ylabel="us",
+        xlabel="batch x seq",
+    )
     ax_compile.set(title="Dynamo compile time at each new shape", ylabel="s", xlabel="batch x seq")
     for ax in (ax_time, ax_compile):
         ax.grid(alpha=0.3)

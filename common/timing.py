@@ -76,5 +76,29 @@ def time_gpu(fn: Callable[[], object], *, warmup_ms: int = 25, rep_ms: int = 100
     return Timing(median / 1e3, p20 / 1e3, p80 / 1e3, 0, f"do_bench, {rep_ms} ms of runs")
 
 
+def time_gpu_queued(fn: Callable[[], object], *, calls: int = 50, repeats: int = 7) -> Timing:
+    """Per-call time with `calls` calls queued back to back between two CUDA events.
+
+    Unlike do_bench (one synchronized call at a time, L2 flushed), the CPU may run ahead of
+    the GPU here and the caches stay warm: this is the throughput of a loop, and the gap to
+    do_bench's number is launch overhead that a single call cannot hide.
+    """
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / calls)
+    return summarize(samples, f"CUDA events around {calls} queued calls, x{repeats}")
+
+
 def time_fn(fn: Callable[[], object], *, on_gpu: bool) -> Timing:
     return time_gpu(fn) if on_gpu else time_cpu(fn)
