@@ -73,7 +73,9 @@ def _plot(rows, path: Path) -> None:
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
-    fig, (ax_time, ax_compile) = plt.subplots(1, 2, figsize=(12, 4.5))
+    with_kernels = any(r.geglu_us is not None for r in rows)
+    fig, axes = plt.subplots(1, 3 if with_kernels else 2, figsize=(18 if with_kernels else 12, 4.8))
+    ax_time, ax_compile = axes[0], axes[1]
     for variant in dict.fromkeys(r.variant for r in rows):
         mine = [r for r in rows if r.variant == variant]
         labels = [
@@ -83,6 +85,8 @@ def _plot(rows, path: Path) -> None:
         line = ax_time.plot(labels, [r.forward_us for r in mine], marker="o", label=variant)[0]
         ax_time.plot(labels, [r.queued_us for r in mine], linestyle=":", color=line.get_color())
         ax_compile.plot(labels, [r.compile_s for r in mine], marker="o", label=variant)
+        if with_kernels:
+            axes[2].plot(labels, [r.geglu_us for r in mine], marker="o", label=variant)
         for i, r in enumerate(mine):
             if r.ran_compiled is False:
                 ax_time.annotate("eager!", (i, r.forward_us), color="red")
@@ -92,7 +96,11 @@ def _plot(rows, path: Path) -> None:
         xlabel="batch x seq",
     )
     ax_compile.set(title="Dynamo compile time at each new shape", ylabel="s", xlabel="batch x seq")
-    for ax in (ax_time, ax_compile):
+    if with_kernels:
+        axes[2].set(
+            title="GeGLU kernels between the GEMMs (GPU time)", ylabel="us", xlabel="batch x seq"
+        )
+    for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
