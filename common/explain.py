@@ -24,7 +24,7 @@ def _name(name: str) -> str:
     return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 3] + "..."
 
 
-def step_text(step: Step) -> list[str]:
+def step_text(step: Step, *, on_gpu: bool) -> list[str]:
     lines = [findings.step_summary(step)]
     if step.gpu:
         lines.append("  GPU work, in launch order:")
@@ -40,7 +40,7 @@ def step_text(step: Step) -> list[str]:
         launched = [i.klass.cls for i in op.launched]
         mark = f"  -> {', '.join(launched)}" if launched else ""
         lines.append(f"    {'  ' * op.depth}{op.name}{mark}")
-    silent = silent_ops(step)
+    silent = silent_ops(step) if on_gpu else []  # on a CPU trace nothing launches GPU work
     if silent:
         lines.append(f"  launched no GPU work: {', '.join(silent)}")
     return lines
@@ -51,7 +51,7 @@ def text(trace: Trace, *, all_steps: bool = False) -> str:
     lines = [f"trace: {trace.path} ({device}, {len(trace.steps)} recorded steps)"]
     for i, step in enumerate(trace.steps):
         if i == 0 or all_steps:
-            lines += step_text(step)
+            lines += step_text(step, on_gpu=trace.device is not None)
         else:
             times = ", ".join(f"{item.dur:.1f}" for item in step.gpu)
             lines.append(
@@ -91,7 +91,7 @@ def as_dict(trace: Trace) -> dict:
                     {"name": o.name, "depth": o.depth, "us": o.dur, "launches": len(o.launched)}
                     for o in s.cpu_ops
                 ],
-                "launched_no_gpu_work": silent_ops(s),
+                "launched_no_gpu_work": silent_ops(s) if trace.device else None,
             }
             for s in trace.steps
         ],
