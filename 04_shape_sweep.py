@@ -83,12 +83,7 @@ def parse_variants(text: str) -> list[str]:
 
 
 def parse(argv):
-    parser = cli.Parser(
-        prog=f"{SCRIPT}.py",
-        description=__doc__,
-        allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = cli.Parser(prog=f"{SCRIPT}.py", description=__doc__)
     parser.add_argument(
         "--shapes",
         type=parse_shapes,
@@ -154,7 +149,7 @@ def profile_once(fn, x, run) -> tuple[bool, float | None, int]:
     profiling.quiet_kineto(run)
     with profile(activities=activities) as prof:
         fn(x)
-        profiling_sync(run)
+        profiling.synchronize(run)
     names = [e.name for e in prof.events()]
     ran_compiled = any(n.startswith("Torch-Compiled Region") for n in names)
     if not run.on_gpu:
@@ -165,11 +160,6 @@ def profile_once(fn, x, run) -> tuple[bool, float | None, int]:
         if e.device_type == torch.autograd.DeviceType.CUDA and classify(e.name).cls in GEGLU_CLASSES
     ]
     return ran_compiled, sum(e.time_range.elapsed_us() for e in geglu), len(geglu)
-
-
-def profiling_sync(run) -> None:
-    if run.on_gpu:
-        torch.cuda.synchronize(run.device)
 
 
 def main(argv=None) -> int:
@@ -226,7 +216,7 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) ->
             with torch.no_grad():
                 before = snapshot()
                 out = fn(x)
-                profiling_sync(run)
+                profiling.synchronize(run)
                 graphs, seconds, hits = (a - b for a, b in zip(snapshot(), before, strict=True))
                 err = check.relative_error(out, reference(module, x))
                 if err > check.TOLERANCE[run.dtype]:

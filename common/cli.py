@@ -23,7 +23,13 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line (argparse prints the usage block first)."""
+    """argparse, but an error is one line (argparse prints the usage block first), the
+    description keeps its layout, and a mistyped flag fails instead of matching a prefix."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(**kwargs)
 
     def error(self, message: str):  # noqa: D102 - argparse API
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -51,12 +57,7 @@ def non_negative_int(text: str) -> int:
 
 def make_parser(doc: str | None, *, prog: str) -> Parser:
     """A parser with the flags every script shares; the script adds its own shape flags."""
-    parser = Parser(
-        prog=prog,
-        description=doc,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,  # a mistyped flag must fail, not silently match another
-    )
+    parser = Parser(prog=prog, description=doc)
     parser.add_argument(
         "--device",
         choices=["auto", "cuda", "cpu"],

@@ -13,7 +13,6 @@ the minimum an elementwise kernel must move; it is what fusion saves.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -175,12 +174,7 @@ def text(result: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = Parser(
-        prog="python -m common.compare",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    parser = Parser(prog="python -m common.compare", description=__doc__)
     parser.add_argument("trace_a", help="the baseline trace (e.g. eager)")
     parser.add_argument("trace_b", help="the variant (e.g. compiled, or Liger)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")

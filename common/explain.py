@@ -8,7 +8,6 @@ dispatch chain, and what a careful reader would point at (the Part 1 cheatsheet)
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -109,12 +108,7 @@ def load_or_exit(path: str) -> Trace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = Parser(
-        prog="python -m common.explain",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    parser = Parser(prog="python -m common.explain", description=__doc__)
     parser.add_argument("trace", help="a trace written by one of the scripts (.json or .json.gz)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(

@@ -10,7 +10,6 @@ nothing remote is deleted unless --delete is given.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,12 +73,7 @@ def print_links(links: Sequence[tuple[str, str]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = Parser(
-        prog="python -m common.share",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        allow_abbrev=False,
-    )
+    parser = Parser(prog="python -m common.share", description=__doc__)
     parser.add_argument(
         "folder", nargs="?", default="traces", help="folder of traces to sync (default: traces)"
     )
