@@ -95,14 +95,14 @@ def main(argv=None) -> int:
     elif args.compile:
         print("compile: happens inside the first (untraced) step of this cold run")
     profiling.profile_and_save(step, annotation=ANNOTATION, run=run, args=args, outputs=out_paths)
-    as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    seen = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
     # Checked after profiling so that a cold run stays cold.
     check.against_reference(results[-1], matmul_add(x.float(), w.float(), b.float()), run.dtype)
     if args.bench:
         model = traffic.matmul_add(n, elt, compiled=args.compile)
-        bench.report(lambda: fn(x, w, b), run=run, model=model, trace=out_paths.trace, args=args)
+        bench.report(lambda: fn(x, w, b), run=run, model=model, trace=seen.trace, args=args)
 
-    return profiling.finish(args, out_paths, as_expected)
+    return profiling.finish(args, out_paths, seen.as_expected)
 
 
 if __name__ == "__main__":

@@ -103,9 +103,8 @@ def main(argv=None) -> int:
         except Exception as err:
             if not args.compile:
                 raise
-            reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             raise cli.UsageError(
-                f"torch.compile could not compile LigerGEGLUMLP ({reason[:200]}); "
+                f"torch.compile could not compile LigerGEGLUMLP ({cli.one_line(err)}); "
                 "its GeGLU is already fused by hand, run without --compile"
             ) from None
         weights = [
@@ -115,13 +114,13 @@ def main(argv=None) -> int:
         profiling.profile_and_save(
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
-    as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    seen = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
         tokens, elt = args.batch * args.seq, x.element_size()
         model = traffic.geglu_mlp(tokens, args.dim, args.hidden, elt, fused=True)
         with torch.no_grad():
-            bench.report(lambda: forward(x), run=run, model=model, trace=out_paths.trace, args=args)
-    return profiling.finish(args, out_paths, as_expected)
+            bench.report(lambda: forward(x), run=run, model=model, trace=seen.trace, args=args)
+    return profiling.finish(args, out_paths, seen.as_expected)
 
 
 if __name__ == "__main__":

@@ -91,13 +91,13 @@ def main(argv=None) -> int:
         profiling.profile_and_save(
             lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
         )
-    as_expected = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+    seen = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
         tokens, elt = args.batch * args.seq, x.element_size()
         model = traffic.geglu_mlp(tokens, args.dim, args.hidden, elt, fused=args.compile)
         with torch.no_grad():
-            bench.report(lambda: forward(x), run=run, model=model, trace=out_paths.trace, args=args)
-    return profiling.finish(args, out_paths, as_expected)
+            bench.report(lambda: forward(x), run=run, model=model, trace=seen.trace, args=args)
+    return profiling.finish(args, out_paths, seen.as_expected)
 
 
 if __name__ == "__main__":

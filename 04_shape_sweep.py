@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     biggest = max(b * s * max(h, args.hidden) for b, s, h in shapes)
     cli.ensure_fits(biggest * 6 * 4 + 3 * args.dim * max(h for *_, h in shapes) * 4, run)
     tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
-    folder = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=False).table.parent
+    folder = outputs.writable_folder(args.traces_dir, SCRIPT)
     limit = args.recompile_limit or torch._dynamo.config.recompile_limit
     # Inductor's on-disk graph cache would turn a later variant's compile into a cache read:
     # off, so that each compile time is a real compile.
@@ -196,7 +196,8 @@ def main(argv=None) -> int:
 
 def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) -> list[Row]:
     """Every variant over every shape, Dynamo reset between variants; one Row per pair."""
-    mlp_lesson = importlib.import_module("03_simple_mlp")
+    mlp_lesson = importlib.import_module("03_simple_mlp")  # the module, as the lesson has it
+    kernels_lesson = importlib.import_module("03_kernels_mlp")  # Liger's loader, the reference
     rows: list[Row] = []
     total = len(variants) * len(shapes)
     for variant in variants:
@@ -206,7 +207,7 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) ->
         modules, forwards = {}, {}
         for batch, seq, hidden in shapes:
             if hidden not in modules:
-                modules[hidden] = build(variant, args.dim, hidden, run, mlp_lesson)
+                modules[hidden] = build(variant, args.dim, hidden, run, mlp_lesson, kernels_lesson)
                 forwards[hidden] = make_forward(variant, modules[hidden])
             module, fn = modules[hidden], forwards[hidden]
             x = torch.randn(batch, seq, args.dim, device=run.device, dtype=run.dtype)
@@ -218,7 +219,9 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) ->
                 out = fn(x)
                 profiling.synchronize(run)
                 graphs, seconds, hits = (a - b for a, b in zip(snapshot(), before, strict=True))
-                err = check.relative_error(out, reference(module, x))
+                weights = (module.gate_proj.weight, module.up_proj.weight, module.down_proj.weight)
+                ref = kernels_lesson.geglu_reference(x.float(), *(w.float() for w in weights))
+                err = check.relative_error(out, ref)
                 if err > check.TOLERANCE[run.dtype]:
                     raise check.MismatchError(
                         f"{variant} at {batch}x{seq}, hidden {hidden}: relative error {err:.2e}"
@@ -252,9 +255,8 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) ->
     return rows
 
 
-def build(variant: str, dim: int, hidden: int, run, mlp_lesson) -> torch.nn.Module:
+def build(variant: str, dim: int, hidden: int, run, mlp_lesson, kernels_lesson) -> torch.nn.Module:
     if variant == "liger":
-        kernels_lesson = importlib.import_module("03_kernels_mlp")
         from common import kernel_source
 
         layers, source = kernel_source.liger_layers(
@@ -278,15 +280,6 @@ def make_forward(variant: str, module: torch.nn.Module):
         "compile-dynamic": {"dynamic": True},
     }[variant]
     return torch.compile(module, **options)
-
-
-def reference(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The GeGLU MLP in float32 with the module's own weights."""
-    f = torch.nn.functional
-    xf = x.float()
-    g = f.linear(xf, module.gate_proj.weight.float())
-    u = f.linear(xf, module.up_proj.weight.float())
-    return f.linear(f.gelu(g, approximate="tanh") * u, module.down_proj.weight.float())
 
 
 def describe(run) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
-from pathlib import Path
 
 from common import ceilings, timing, trace_reader, traffic
 from common.cli import Run
@@ -67,12 +66,13 @@ def report(
     *,
     run: Run,
     model: list[Kernel],
-    trace: Path,
+    trace: trace_reader.Trace,
     args: argparse.Namespace,
 ) -> timing.Timing:
+    """`trace` is the run's own profiled trace, already read back by `profiling.look`."""
     measured = timing.time_fn(forward, on_gpu=run.on_gpu)
     flops, moved = traffic.total(model)
-    recorded = trace_reader.load(trace)
+    recorded = trace
     profiled = profiled_step_s(recorded)
     t = measured.median_s
     print("bench (profiler detached):")

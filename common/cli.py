@@ -35,6 +35,12 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def one_line(err: BaseException, limit: int = 200) -> str:
+    """`Type: first line of the message`, cut to `limit`: an exception fit for one stderr line."""
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}"[:limit]
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

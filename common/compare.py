@@ -14,6 +14,7 @@ the minimum an elementwise kernel must move; it is what fusion saves.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from collections import Counter
@@ -52,10 +53,7 @@ def item_bytes(item: GpuItem) -> int | None:
     sizes = []
     for shape, dtype in zip(dims, types, strict=False):
         if shape and dtype in DTYPE_BYTES:
-            numel = 1
-            for d in shape:
-                numel *= d
-            sizes.append(numel * DTYPE_BYTES[dtype])
+            sizes.append(math.prod(shape) * DTYPE_BYTES[dtype])
     return sum(sizes) + max(sizes) if sizes else None
 
 

@@ -14,7 +14,7 @@ from types import ModuleType, SimpleNamespace
 
 from huggingface_hub import constants
 
-from common.cli import UsageError
+from common.cli import UsageError, one_line
 
 
 def hub_source(repo_id: str) -> str:
@@ -33,7 +33,7 @@ def liger_layers(fetch: Callable[[], ModuleType], repo_id: str) -> tuple[ModuleT
     try:
         return fetch(), hub_source(repo_id)
     except Exception as err:  # no network, cold cache, refused trust check, ...
-        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:160]
+        reason = one_line(err, 160)
     try:
         from liger_kernel.transformers.geglu import LigerGEGLUMLP
 

@@ -38,8 +38,8 @@ def run_tag(shape: str, args: argparse.Namespace, run: Run, *, extra: str | None
     return "_".join(parts)
 
 
-def prepare(traces_dir: str, script: str, tag: str, *, gzip: bool) -> Outputs:
-    """Create the folder and prove it is writable before any expensive work starts."""
+def writable_folder(traces_dir: str, script: str) -> Path:
+    """Create DIR/<script> and prove it is writable before any expensive work starts."""
     folder = Path(traces_dir) / script
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -47,6 +47,11 @@ def prepare(traces_dir: str, script: str, tag: str, *, gzip: bool) -> Outputs:
             pass
     except OSError as err:
         raise UsageError(f"cannot write traces to {folder}: {err.strerror or err}") from None
+    return folder
+
+
+def prepare(traces_dir: str, script: str, tag: str, *, gzip: bool) -> Outputs:
+    folder = writable_folder(traces_dir, script)
     suffix = ".json.gz" if gzip else ".json"
     return Outputs(trace=folder / f"{tag}{suffix}", table=folder / f"{tag}.txt")
 

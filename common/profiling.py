@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -123,7 +124,13 @@ def profile_and_save(
     return prof
 
 
-def look(outputs: Outputs, expect: Expect) -> bool:
+@dataclass(frozen=True)
+class Seen:
+    trace: trace_reader.Trace
+    as_expected: bool
+
+
+def look(outputs: Outputs, expect: Expect) -> Seen:
     """Guess first, then look: read the written trace back and hold it to the expectation."""
     trace = trace_reader.load(outputs.trace)
     sibling_path = None
@@ -137,7 +144,7 @@ def look(outputs: Outputs, expect: Expect) -> bool:
     print("findings (uv run python -m common.explain TRACE for the full reading):")
     for finding in findings.read(trace):
         print(f"  {'PROBLEM: ' if finding.problem else ''}[{finding.topic}] {finding.message}")
-    return verdict.ok
+    return Seen(trace, verdict.ok)
 
 
 def finish(args: argparse.Namespace, outputs: Outputs, as_expected: bool) -> int:

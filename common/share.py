@@ -16,7 +16,7 @@ from pathlib import Path
 
 import huggingface_hub as hf
 
-from common.cli import Parser, UsageError
+from common.cli import Parser, UsageError, one_line
 
 PERFETTO = "https://ui.perfetto.dev/#!/?url={bucket_url}/resolve/{path}"
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -58,7 +58,7 @@ def share(
             source=str(folder), dest=bucket_url.uri.to_uri(), delete=delete, token=token, quiet=True
         )
     except Exception as err:  # the remote service's failures come in many types
-        reason = f"{type(err).__name__}: {err}".replace(token, "***").splitlines()[0]
+        reason = one_line(err).replace(token, "***")
         raise ShareError(
             f"could not sync to bucket {bucket!r} ({reason[:200]}); the traces stay in {folder}"
         ) from None

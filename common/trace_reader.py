@@ -73,10 +73,6 @@ class Step:
     gpu: list[GpuItem]  # in launch order
 
     @property
-    def number(self) -> int:
-        return int(self.name.split("#")[1])
-
-    @property
     def gpu_time(self) -> float:
         return sum(item.dur for item in self.gpu)
 
