@@ -20,6 +20,7 @@ On a CPU the same dispatch chain appears, with no kernels under it.
 import sys
 
 import torch
+from torch.profiler import profile, record_function, schedule
 
 from common import bench, check, cli, outputs, profiling, traffic
 from common.expectations import Expect
@@ -30,6 +31,11 @@ ANNOTATION = "matmul_add"
 
 def matmul_add(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.add(torch.matmul(x, w), b)
+
+
+def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The same function in float32."""
+    return matmul_add(x.float(), w.float(), b.float())
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
@@ -46,6 +52,20 @@ EXPECT = {
         why="one addmm, still two GPU operations: b copied into the output, then the GEMM",
     ),
 }
+
+
+def traffic_model(n: int, elt: int, *, compiled: bool) -> list[traffic.Kernel]:
+    """Eager: a GEMM, then an add that reads its output and b. Compiled: addmm copies b into
+    the output (read + write), then the GEMM reads that back as C and adds onto it."""
+    if compiled:
+        return [
+            traffic.copy("b -> out (DtoD)", n * n, elt),
+            traffic.gemm("addmm GEMM (beta*C)", n, n, n, elt, accumulate=True),
+        ]
+    return [
+        traffic.gemm("matmul GEMM", n, n, n, elt),
+        traffic.elementwise("add", n * n, elt, reads=2),
+    ]
 
 
 def parse(argv):
@@ -69,9 +89,10 @@ def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
     n = args.size
-    elt = torch.empty((), dtype=run.dtype).element_size()
-    cli.ensure_fits(4 * n * n * (elt + 4), run)  # x, w, b, out and their fp32 reference copies
-    out_paths = outputs.prepare(
+    elt = cli.element_size(run)
+    # x, w, b and two outputs alive at once; the float32 reference: copies of x, w, b, result.
+    cli.ensure_fits(5 * n * n * elt + 4 * n * n * 4, run)
+    out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
         outputs.run_tag(str(n), args, run, extra="warm" if args.warmup else "cold"),
@@ -85,24 +106,39 @@ def main(argv=None) -> int:
     # epilogue instead, and the memcpy the post discusses would not appear.
     b = torch.randn(n, n, device=run.device, dtype=run.dtype)
     fn = torch.compile(matmul_add) if args.compile else matmul_add
-    results = []
-
-    def step():
-        results.append(fn(x, w, b))
 
     if args.warmup:
         profiling.warm_up(lambda: fn(x, w, b), run, compiling=args.compile)
     elif args.compile:
         print("compile: happens inside the first (untraced) step of this cold run")
-    profiling.profile_and_save(step, annotation=ANNOTATION, run=run, args=args, outputs=out_paths)
-    seen = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
-    # Checked after profiling so that a cold run stays cold.
-    check.against_reference(results[-1], matmul_add(x.float(), w.float(), b.float()), run.dtype)
-    if args.bench:
-        model = traffic.matmul_add(n, elt, compiled=args.compile)
-        bench.report(lambda: fn(x, w, b), run=run, model=model, trace=seen.trace, args=args)
 
-    return profiling.finish(args, out_paths, seen.as_expected)
+    # wait steps run untraced, warmup steps are traced and dropped, active steps are kept.
+    # Each step's result replaces the last one, so from the third step on the caching
+    # allocator reuses a freed block: keeping every result would make each recorded step
+    # call cudaMalloc, and the "warm" steps would not be steady state.
+    with profile(
+        activities=profiling.activities(run),
+        schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
+        record_shapes=True,  # the table's input dims tell which GEMM is which
+    ) as prof:
+        for _ in range(args.wait + args.warmup_steps + args.active):
+            with record_function(ANNOTATION):
+                y = fn(x, w, b)
+            prof.step()
+
+    table = prof.key_averages().table(sort_by=profiling.sort_key(run), row_limit=args.rows)
+    with outputs.publishing(out.trace, out.table) as (trace_tmp, table_tmp):
+        prof.export_chrome_trace(str(trace_tmp))
+        table_tmp.write_text(table + "\n")
+    profiling.show(table, out, run)
+
+    seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
+    # Checked after profiling so that a cold run stays cold.
+    check.against_reference(y, reference(x, w, b), run.dtype)
+    if args.bench:
+        model = traffic_model(n, elt, compiled=args.compile)
+        bench.report(lambda: fn(x, w, b), run=run, model=model, trace=seen.trace, args=args)
+    return profiling.finish(args, out, seen.as_expected)
 
 
 if __name__ == "__main__":

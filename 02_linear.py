@@ -19,12 +19,19 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import profile, record_function, schedule
 
 from common import bench, check, cli, outputs, profiling, traffic
 from common.expectations import Expect
 
 SCRIPT = "02_linear"
 ANNOTATION = "linear_fwd"
+
+
+def reference(x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
+    """What the module must compute, in float32: y = x @ w.T + b."""
+    return F.linear(x.float(), linear.weight.float(), linear.bias.float())
+
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
 EXPECT = {
@@ -42,6 +49,11 @@ EXPECT = {
         why="nothing to fuse: the same GEMM, minus the CPU's view bookkeeping",
     ),
 }
+
+
+def traffic_model(batch: int, in_dim: int, out_dim: int, elt: int) -> list[traffic.Kernel]:
+    """One GEMM that reads x, w and the bias and writes y once: all there is to move."""
+    return [traffic.gemm("addmm GEMM (bias epilogue)", batch, in_dim, out_dim, elt, bias=True)]
 
 
 def parse(argv):
@@ -69,34 +81,55 @@ def parse(argv):
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
-    elt = torch.empty((), dtype=run.dtype).element_size()
-    numel = args.batch * args.in_dim + args.in_dim * args.out_dim + args.batch * args.out_dim
-    cli.ensure_fits(numel * (elt + 4), run)  # x, weight, out, and their fp32 reference copies
-    out_paths = outputs.prepare(
-        args.traces_dir,
-        SCRIPT,
-        outputs.run_tag(f"b{args.batch}_in{args.in_dim}_out{args.out_dim}", args, run),
-        gzip=args.gzip,
+    elt = cli.element_size(run)
+    b, i, o = args.batch, args.in_dim, args.out_dim
+    # x, w, bias, two outputs alive at once (warm-up keeps the last), and the float32
+    # reference with its float32 copies of x and w.
+    cli.ensure_fits((b * i + i * o + o + 2 * b * o) * elt + (b * i + i * o + b * o) * 4, run)
+    out = outputs.prepare(
+        args.traces_dir, SCRIPT, outputs.run_tag(f"b{b}_in{i}_out{o}", args, run), gzip=args.gzip
     )
 
     # The module: y = x @ w.T + b.
-    linear = nn.Linear(args.in_dim, args.out_dim, bias=True).to(run.device, run.dtype).eval()
+    linear = nn.Linear(i, o, bias=True).to(run.device, run.dtype).eval()
     forward = torch.compile(linear) if args.compile else linear
-    x = torch.randn(args.batch, args.in_dim, device=run.device, dtype=run.dtype)
+    x = torch.randn(b, i, device=run.device, dtype=run.dtype)
 
     with torch.no_grad():
-        out = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
-        reference = F.linear(x.float(), linear.weight.float(), linear.bias.float())
-        check.against_reference(out, reference, run.dtype)
-        profiling.profile_and_save(
-            lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
-        )
-    seen = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+        y = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
+        check.against_reference(y, reference(x, linear), run.dtype)
+        del y
+
+        # wait steps run untraced, warmup steps are traced and dropped, active steps are kept.
+        with profile(
+            activities=profiling.activities(run),
+            schedule=schedule(
+                wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1
+            ),
+            record_shapes=True,  # the table's input dims tell which GEMM is which
+        ) as prof:
+            for _ in range(args.wait + args.warmup_steps + args.active):
+                with record_function(ANNOTATION):
+                    forward(x)
+                prof.step()
+
+    table = prof.key_averages().table(sort_by=profiling.sort_key(run), row_limit=args.rows)
+    with outputs.publishing(out.trace, out.table) as (trace_tmp, table_tmp):
+        prof.export_chrome_trace(str(trace_tmp))
+        table_tmp.write_text(table + "\n")
+    profiling.show(table, out, run)
+
+    seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
-        model = traffic.linear(args.batch, args.in_dim, args.out_dim, elt)
         with torch.no_grad():
-            bench.report(lambda: forward(x), run=run, model=model, trace=seen.trace, args=args)
-    return profiling.finish(args, out_paths, seen.as_expected)
+            bench.report(
+                lambda: forward(x),
+                run=run,
+                model=traffic_model(b, i, o, elt),
+                trace=seen.trace,
+                args=args,
+            )
+    return profiling.finish(args, out, seen.as_expected)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from kernels import get_kernel
+from torch.profiler import profile, record_function, schedule
 
 from common import bench, check, cli, kernel_source, mlp_flags, outputs, profiling, traffic
 from common.expectations import Expect
@@ -62,9 +63,20 @@ def fetch_liger_layers():
     return get_kernel(REPO_ID, version=1).layers
 
 
-def geglu_reference(x, gate_w, up_w, down_w):
-    """The plain-PyTorch function LigerGEGLUMLP must compute."""
-    return F.linear(F.gelu(F.linear(x, gate_w), approximate="tanh") * F.linear(x, up_w), down_w)
+def reference(x: torch.Tensor, mlp) -> torch.Tensor:
+    """What LigerGEGLUMLP must compute, in float32: down(gelu_tanh(gate(x)) * up(x))."""
+    gate, up, down = (
+        p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    )
+    x = x.float()
+    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
+
+
+def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.Kernel]:
+    """Liger's kernel reads g and u once and writes gelu(g) * u once, between the GEMMs."""
+    gate, up, down = traffic.geglu_projections(tokens, dim, hidden, elt)
+    fused = traffic.elementwise("Liger gelu(g) * u", tokens * hidden, elt, reads=2)
+    return [gate, up, fused, down]
 
 
 def parse(argv):
@@ -83,7 +95,7 @@ def main(argv=None) -> int:
         )
     run = cli.resolve(args)
     cli.ensure_fits(mlp_flags.bytes_needed(args, run), run)
-    out_paths = outputs.prepare(
+    out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
         outputs.run_tag(mlp_flags.shape_tag(args), args, run),
@@ -99,7 +111,7 @@ def main(argv=None) -> int:
 
     with torch.no_grad():
         try:
-            out = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
+            y = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
         except Exception as err:
             if not args.compile:
                 raise
@@ -107,20 +119,34 @@ def main(argv=None) -> int:
                 f"torch.compile could not compile LigerGEGLUMLP ({cli.one_line(err)}); "
                 "its GeGLU is already fused by hand, run without --compile"
             ) from None
-        weights = [
-            p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-        ]
-        check.against_reference(out, geglu_reference(x.float(), *weights), run.dtype)
-        profiling.profile_and_save(
-            lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
-        )
-    seen = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+        check.against_reference(y, reference(x, mlp), run.dtype)
+        del y
+
+        # wait steps run untraced, warmup steps are traced and dropped, active steps are kept.
+        with profile(
+            activities=profiling.activities(run),
+            schedule=schedule(
+                wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1
+            ),
+            record_shapes=True,  # the table's input dims tell which GEMM is which
+        ) as prof:
+            for _ in range(args.wait + args.warmup_steps + args.active):
+                with record_function(ANNOTATION):
+                    forward(x)
+                prof.step()
+
+    table = prof.key_averages().table(sort_by=profiling.sort_key(run), row_limit=args.rows)
+    with outputs.publishing(out.trace, out.table) as (trace_tmp, table_tmp):
+        prof.export_chrome_trace(str(trace_tmp))
+        table_tmp.write_text(table + "\n")
+    profiling.show(table, out, run)
+
+    seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
-        tokens, elt = args.batch * args.seq, x.element_size()
-        model = traffic.geglu_mlp(tokens, args.dim, args.hidden, elt, fused=True)
+        model = traffic_model(args.batch * args.seq, args.dim, args.hidden, x.element_size())
         with torch.no_grad():
             bench.report(lambda: forward(x), run=run, model=model, trace=seen.trace, args=args)
-    return profiling.finish(args, out_paths, seen.as_expected)
+    return profiling.finish(args, out, seen.as_expected)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.profiler import profile, record_function, schedule
 
 from common import bench, check, cli, mlp_flags, outputs, profiling, traffic
 from common.expectations import Expect
@@ -44,6 +45,15 @@ class SimpleGeGLUMLP(nn.Module):
         return self.down_proj(m)
 
 
+def reference(x: torch.Tensor, mlp: SimpleGeGLUMLP) -> torch.Tensor:
+    """What the MLP must compute, in float32: down(gelu_tanh(gate(x)) * up(x))."""
+    gate, up, down = (
+        p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
+    )
+    x = x.float()
+    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
+
+
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
 EXPECT = {
     "eager": Expect(
@@ -62,6 +72,20 @@ EXPECT = {
 }
 
 
+def traffic_model(tokens: int, dim: int, hidden: int, elt: int, *, fused: bool):
+    """Eager writes h = gelu(g) to HBM and the mul reads it back; a fused kernel reads g and u
+    once and writes m once, so the [tokens, hidden] intermediate never makes the round trip."""
+    gate, up, down = traffic.geglu_projections(tokens, dim, hidden, elt)
+    if fused:
+        middle = [traffic.elementwise("fused gelu(g) * u", tokens * hidden, elt, reads=2)]
+    else:
+        middle = [
+            traffic.elementwise("gelu(g)", tokens * hidden, elt, reads=1),
+            traffic.elementwise("h * u", tokens * hidden, elt, reads=2),
+        ]
+    return [gate, up, *middle, down]
+
+
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
     mlp_flags.add_shape_flags(parser)
@@ -72,7 +96,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
     cli.ensure_fits(mlp_flags.bytes_needed(args, run), run)
-    out_paths = outputs.prepare(
+    out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
         outputs.run_tag(mlp_flags.shape_tag(args), args, run),
@@ -84,20 +108,36 @@ def main(argv=None) -> int:
     x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
 
     with torch.no_grad():
-        out = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
-        reference = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device).eval()
-        reference.load_state_dict({k: v.float() for k, v in mlp.state_dict().items()})
-        check.against_reference(out, reference(x.float()), run.dtype)
-        profiling.profile_and_save(
-            lambda: forward(x), annotation=ANNOTATION, run=run, args=args, outputs=out_paths
-        )
-    seen = profiling.look(out_paths, EXPECT["compile" if args.compile else "eager"])
+        y = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
+        check.against_reference(y, reference(x, mlp), run.dtype)
+        del y
+
+        # wait steps run untraced, warmup steps are traced and dropped, active steps are kept.
+        with profile(
+            activities=profiling.activities(run),
+            schedule=schedule(
+                wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1
+            ),
+            record_shapes=True,  # the table's input dims tell which GEMM is which
+        ) as prof:
+            for _ in range(args.wait + args.warmup_steps + args.active):
+                with record_function(ANNOTATION):
+                    forward(x)
+                prof.step()
+
+    table = prof.key_averages().table(sort_by=profiling.sort_key(run), row_limit=args.rows)
+    with outputs.publishing(out.trace, out.table) as (trace_tmp, table_tmp):
+        prof.export_chrome_trace(str(trace_tmp))
+        table_tmp.write_text(table + "\n")
+    profiling.show(table, out, run)
+
+    seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
         tokens, elt = args.batch * args.seq, x.element_size()
-        model = traffic.geglu_mlp(tokens, args.dim, args.hidden, elt, fused=args.compile)
+        model = traffic_model(tokens, args.dim, args.hidden, elt, fused=args.compile)
         with torch.no_grad():
             bench.report(lambda: forward(x), run=run, model=model, trace=seen.trace, args=args)
-    return profiling.finish(args, out_paths, seen.as_expected)
+    return profiling.finish(args, out, seen.as_expected)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import profile, record_function
 
 from common import check, cli, outputs, profiling, sweep_report, timing
 from common.kernel_names import classify
@@ -51,10 +51,12 @@ class Row:
     compile_s: float  # Dynamo's own compile time for them (_compile.compile_inner)
     limit_hit: bool  # Dynamo refused to recompile: the recompile limit
     ran_compiled: bool | None  # a Torch-Compiled Region ran (None for eager and liger)
-    forward_us: float
+    queued_us: float  # per call, calls queued back to back (GPU: CUDA events; CPU: host clock)
     p20_us: float
     p80_us: float
-    queued_us: float  # per call with calls queued back to back (GPU only; else = forward_us)
+    host_us: float | None  # host time to issue one call (GPU only)
+    gpu_us: float | None  # GPU time of all the forward's kernels (profiled, GPU only)
+    kernels: int  # kernels per forward (GPU only; 0 on a CPU)
     geglu_us: float | None  # GPU time of the kernels between the GEMMs (None on a CPU)
     geglu_kernels: int
     rel_err: float
@@ -143,23 +145,37 @@ def snapshot() -> tuple[int, float, int]:
     )
 
 
-def profile_once(fn, x, run) -> tuple[bool, float | None, int]:
-    """One profiled call: did a compiled region run, and the GPU time of the GeGLU kernels."""
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.on_gpu else [])
-    profiling.quiet_kineto(run)
+PROFILED_CALLS = 5  # calls per profile: kernel times are medians over them
+
+
+def profile_calls(fn, x, run) -> tuple[bool, float | None, int, float | None, int]:
+    """Profile a few calls: did a compiled region run; per forward, the GPU time of all its
+    kernels and how many there were, and the same for the GeGLU kernels between the GEMMs.
+
+    Kernel durations come from CUPTI, so they are GPU time alone, whatever the host did."""
+    activities = profiling.activities(run)
     with profile(activities=activities) as prof:
-        fn(x)
+        for _ in range(PROFILED_CALLS):
+            with record_function("sweep_fwd"):
+                fn(x)
         profiling.synchronize(run)
-    names = [e.name for e in prof.events()]
-    ran_compiled = any(n.startswith("Torch-Compiled Region") for n in names)
+    events = prof.events()
+    ran_compiled = any(e.name.startswith("Torch-Compiled Region") for e in events)
     if not run.on_gpu:
-        return ran_compiled, None, 0
-    geglu = [
-        e
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA and classify(e.name).cls in GEGLU_CLASSES
-    ]
-    return ran_compiled, sum(e.time_range.elapsed_us() for e in geglu), len(geglu)
+        return ran_compiled, None, 0, None, 0
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    geglu = [e for e in kernels if classify(e.name).cls in GEGLU_CLASSES]
+
+    def per_call(items):
+        return sum(e.time_range.elapsed_us() for e in items) / PROFILED_CALLS
+
+    return (
+        ran_compiled,
+        per_call(kernels),
+        round(len(kernels) / PROFILED_CALLS),
+        per_call(geglu),
+        round(len(geglu) / PROFILED_CALLS),
+    )
 
 
 def main(argv=None) -> int:
@@ -178,28 +194,41 @@ def main(argv=None) -> int:
     tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
     folder = outputs.writable_folder(args.traces_dir, SCRIPT)
     limit = args.recompile_limit or torch._dynamo.config.recompile_limit
-    # Inductor's on-disk graph cache would turn a later variant's compile into a cache read:
-    # off, so that each compile time is a real compile.
-    with (
-        torch._dynamo.config.patch(recompile_limit=limit),
-        torch._inductor.config.patch(fx_graph_cache=False),
-    ):
-        rows = sweep(variants, shapes, args, run)
-
-    table = sweep_report.table(rows, limit=limit, device=describe(run))
-    print(table)
-    written = sweep_report.write(folder, tag, rows, table)
-    for path in written:
-        print(f"wrote {path}")
+    rows: list[Row] = []
+    total = len(variants) * len(shapes)
+    # Rows reach the CSV as they complete, so a stopped or failed sweep keeps what it measured;
+    # the table and the plot are written at the end, of whatever rows there are.
+    with sweep_report.RowWriter(folder / f"{tag}.csv", Row) as csv_rows:
+        try:
+            # Inductor's on-disk graph cache would turn a later variant's compile into a cache
+            # read: off, so that each compile time is a real compile.
+            with (
+                torch._dynamo.config.patch(recompile_limit=limit),
+                torch._inductor.config.patch(fx_graph_cache=False),
+            ):
+                for row in sweep(variants, shapes, args, run):
+                    rows.append(row)
+                    csv_rows.write(row)
+                    print(f"[{len(rows)}/{total}] {sweep_report.progress(row)}", flush=True)
+        finally:
+            if rows:
+                stopped = len(rows) < total
+                table = sweep_report.table(
+                    rows,
+                    limit=limit,
+                    device=describe(run),
+                    stopped=(len(rows), total) if stopped else None,
+                )
+                print(table)
+                for path in [csv_rows.path, *sweep_report.write(folder, tag, rows, table)]:
+                    print(f"wrote {path}")
     return 0
 
 
-def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) -> list[Row]:
-    """Every variant over every shape, Dynamo reset between variants; one Row per pair."""
+def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
+    """Every variant over every shape, Dynamo reset between variants; yields one Row per pair."""
     mlp_lesson = importlib.import_module("03_simple_mlp")  # the module, as the lesson has it
-    kernels_lesson = importlib.import_module("03_kernels_mlp")  # Liger's loader, the reference
-    rows: list[Row] = []
-    total = len(variants) * len(shapes)
+    kernels_lesson = importlib.import_module("03_kernels_mlp")  # Liger's loader
     for variant in variants:
         torch._dynamo.reset()  # each variant starts with an empty compile cache
         counters.clear()
@@ -219,40 +248,39 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run) ->
                 out = fn(x)
                 profiling.synchronize(run)
                 graphs, seconds, hits = (a - b for a, b in zip(snapshot(), before, strict=True))
-                weights = (module.gate_proj.weight, module.up_proj.weight, module.down_proj.weight)
-                ref = kernels_lesson.geglu_reference(x.float(), *(w.float() for w in weights))
-                err = check.relative_error(out, ref)
+                err = check.relative_error(out, mlp_lesson.reference(x, module))
                 if err > check.TOLERANCE[run.dtype]:
                     raise check.MismatchError(
                         f"{variant} at {batch}x{seq}, hidden {hidden}: relative error {err:.2e}"
                     )
-                measured = timing.time_fn(lambda fn=fn, x=x: fn(x), on_gpu=run.on_gpu)
-                queued = (
-                    timing.time_gpu_queued(lambda fn=fn, x=x: fn(x)) if run.on_gpu else measured
-                )
-                ran_compiled, geglu_us, n_kernels = profile_once(fn, x, run)
+                del out
+                call = lambda fn=fn, x=x: fn(x)  # noqa: E731
+                if run.on_gpu:
+                    queued = timing.time_gpu_queued(call)
+                    host = timing.time_host(call).median_s * 1e6
+                else:
+                    queued, host = timing.time_cpu(call), None
+                ran_compiled, gpu_us, n_kernels, geglu_us, n_geglu = profile_calls(fn, x, run)
             compiled_variant = variant.startswith(("compile", "mark"))
-            row = Row(
-                variant,
-                batch,
-                seq,
-                hidden,
-                graphs,
-                seconds,
-                hits > 0,
-                ran_compiled if compiled_variant else None,
-                measured.median_s * 1e6,
-                measured.p20_s * 1e6,
-                measured.p80_s * 1e6,
-                queued.median_s * 1e6,
-                geglu_us,
-                n_kernels,
-                err,
+            yield Row(
+                variant=variant,
+                batch=batch,
+                seq=seq,
+                hidden=hidden,
+                compiles=graphs,
+                compile_s=seconds,
+                limit_hit=hits > 0,
+                ran_compiled=ran_compiled if compiled_variant else None,
+                queued_us=queued.median_s * 1e6,
+                p20_us=queued.p20_s * 1e6,
+                p80_us=queued.p80_s * 1e6,
+                host_us=host,
+                gpu_us=gpu_us,
+                kernels=n_kernels,
+                geglu_us=geglu_us,
+                geglu_kernels=n_geglu,
+                rel_err=err,
             )
-            rows.append(row)
-            print(f"[{len(rows)}/{total}] {sweep_report.progress(row)}", flush=True)
-
-    return rows
 
 
 def build(variant: str, dim: int, hidden: int, run, mlp_lesson, kernels_lesson) -> torch.nn.Module:

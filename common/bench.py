@@ -1,6 +1,7 @@
 """`--bench`: time the forward without the profiler and hold it against the device's limits.
 
-Prints the median forward time with its spread; on a GPU also achieved TFLOP/s and TB/s against
+Prints the median forward time with its spread (on a GPU: after an L2 flush, queued, and the
+host's dispatch time apart); on a GPU also achieved TFLOP/s and TB/s against
 the measured ceilings, the traffic model's bytes and the floor they imply, each kernel's
 profiled duration against its own floor, and how much the profiler inflated a step.
 """
@@ -88,15 +89,17 @@ def report(
         )
         return measured
     queued = timing.time_gpu_queued(forward)
+    host = timing.time_host(forward)
     busy = gpu_busy_s(recorded)
-    print(f"  forward, one call at a time: {measured.us()}")
-    print(f"  forward, calls queued:       {queued.us()}")
-    print(f"  GPU busy per forward:        {_us(busy)} (sum of its kernels' profiled durations)")
+    print(f"  forward, one call (cold L2):  {measured.us()}")
+    print(f"  forward, calls queued:        {queued.us()}")
+    print(f"  host dispatch per call:       {host.us()}")
+    print(f"  GPU busy per forward:         {_us(busy)} (sum of its kernels' profiled durations)")
     if queued.median_s > 1.2 * busy:
         print(
             f"  -> queued calls take {_us(queued.median_s)} each for {_us(busy)} of GPU work: "
-            "the CPU's dispatch (Python, ATen, Dynamo guards) is the bottleneck; do_bench's "
-            "one-call number hides part of it behind its cache flush"
+            f"the CPU's dispatch ({_us(host.median_s)} per call: Python, ATen, Dynamo guards) "
+            "is the bottleneck; do_bench's one-call number hides part of it behind its L2 flush"
         )
     ceil, cached = ceilings.get(
         ceilings.device_key(run.device),

@@ -75,11 +75,15 @@ def get(
         cache = json.loads(path.read_text())
     except (OSError, ValueError):
         cache = {}
+    if not isinstance(cache, dict):
+        cache = {}  # valid JSON but not ours (a list, a number): start over
     if not fresh and key in cache:
         try:
-            return Ceilings(**cache[key]), True
-        except TypeError:
-            pass  # an older layout: measure again
+            found = Ceilings(**cache[key])
+            if float(found.bytes_per_s) > 0 and float(found.flops_per_s) > 0:
+                return found, True
+        except (TypeError, ValueError):
+            pass  # an older or damaged entry: measure again
     ceilings = measure_fn()
     cache[key] = asdict(ceilings)
     try:

@@ -7,15 +7,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from common.check import MismatchError
+from common.check import WORKSPACE_BYTES, MismatchError
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ROOT = Path(__file__).resolve().parent.parent  # the repository: lessons, common/, tools/
+
+# Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
+# and the trace must still open in Perfetto and read back in seconds.
+MAX_WAIT = 1_000
+MAX_ACTIVE = 10_000
+SEED_RANGE = (0, 2**64 - 1)  # what torch.manual_seed accepts
 
 
 class UsageError(Exception):
@@ -35,10 +44,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def one_line(err: BaseException, limit: int = 200) -> str:
-    """`Type: first line of the message`, cut to `limit`: an exception fit for one stderr line."""
-    text = str(err).splitlines()[0] if str(err) else ""
-    return f"{type(err).__name__}: {text}"[:limit]
+def one_line(err: BaseException, limit: int = 200, *, secret: str | None = None) -> str:
+    """`Type: first line of the message`, cut to `limit`: an exception fit for one stderr line.
+
+    A `secret` (a token) is scrubbed from the whole message before it is cut, so that no
+    prefix of it can survive at the cut.
+    """
+    text = str(err)
+    if secret:
+        text = text.replace(secret, "***")
+    first = text.splitlines()[0] if text.strip() else ""
+    return f"{type(err).__name__}: {first}"[:limit]
 
 
 def positive_int(text: str) -> int:
@@ -59,6 +75,59 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
+
+
+def int_in(low: int, high: int, why: str) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high]; `why` explains the bound."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value} ({why})")
+        return value
+
+    return parse
+
+
+def traces_folder(text: str) -> str:
+    """An argparse type for --traces-dir: a path the profiler can really write to.
+
+    Refused here, before any work: an empty name (it would silently mean the current folder),
+    control characters such as a newline (the profiler's exporter cannot rename its file into
+    such a folder and says nothing), and bytes that are not UTF-8 (torch cannot pass the path
+    to its C++ side).
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give a folder, e.g. --traces-dir traces")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} contains a control character (a newline?)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not valid UTF-8; the profiler cannot write there"
+        ) from None
+    return text
+
+
+def bucket_name(text: str) -> str:
+    """An argparse type for --bucket: a Hugging Face bucket id, checked locally by
+    huggingface_hub's own repo-id rules before any work is done."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError as err:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a bucket name ('name' or 'user/name': letters, digits, "
+            f"'-', '_', '.', at most 96 characters): {one_line(err)}"
+        ) from None
+    return text
 
 
 def make_parser(doc: str | None, *, prog: str) -> Parser:
@@ -84,6 +153,7 @@ def make_parser(doc: str | None, *, prog: str) -> Parser:
     parser.add_argument(
         "--traces-dir",
         "--traces_dir",
+        type=traces_folder,
         default="traces",
         metavar="DIR",
         help="where traces and tables go, under DIR/<script name>/ (default: traces)",
@@ -93,25 +163,34 @@ def make_parser(doc: str | None, *, prog: str) -> Parser:
         "steps run = wait + warmup + active; the wait and warm-up steps are discarded so the "
         "recorded ones are free of start-up cost and of the profiler's own warm-up",
     )
+    untraced = "more only adds run time"
     sched.add_argument(
         "--wait",
-        type=non_negative_int,
+        type=int_in(0, MAX_WAIT, untraced),
         default=1,
-        help="steps skipped before the profiler warms up (default: 1)",
+        help=f"steps skipped before the profiler warms up, 0 to {MAX_WAIT} (default: 1)",
     )
     sched.add_argument(
         "--warmup-steps",
         "--warmup_steps",
-        type=non_negative_int,
+        type=int_in(0, MAX_WAIT, untraced),
         default=1,
-        help="steps traced then thrown away (default: 1)",
+        help=f"steps traced then thrown away, 0 to {MAX_WAIT} (default: 1)",
     )
     sched.add_argument(
-        "--active", type=positive_int, default=3, help="steps recorded into the trace (default: 3)"
+        "--active",
+        type=int_in(
+            1,
+            MAX_ACTIVE,
+            "every recorded step grows the trace; past this it no "
+            "longer opens comfortably in Perfetto",
+        ),
+        default=3,
+        help=f"steps recorded into the trace, 1 to {MAX_ACTIVE} (default: 3)",
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=int_in(*SEED_RANGE, "the range torch.manual_seed takes"),
         default=0,
         help="seed for inputs and weights, so runs are comparable (default: 0)",
     )
@@ -145,9 +224,11 @@ def make_parser(doc: str | None, *, prog: str) -> Parser:
     parser.add_argument(
         "--bucket",
         metavar="NAME",
+        type=bucket_name,
         default=None,
-        help="after writing, sync this script's traces to the Hugging Face "
-        "bucket NAME and print Perfetto links (needs a token)",
+        help="after writing, sync the whole traces folder (DIR, every script's traces) to "
+        "the Hugging Face bucket NAME and print this run's Perfetto link (needs a token; "
+        "nothing remote is deleted)",
     )
     return parser
 
@@ -180,19 +261,90 @@ def resolve(args: argparse.Namespace) -> Run:
     return Run(device=device, dtype=DTYPES[args.dtype], dtype_name=args.dtype)
 
 
+def _cgroup_room() -> int | None:
+    """Bytes a Linux container may still allocate (cgroup v2 or v1), None without a limit."""
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 2**60:  # v1 reports "no limit" as a huge number
+            return int(limit) - usage
+        return None
+    return None
+
+
+def available_ram() -> int | None:
+    """RAM a new allocation can get without swapping, as reliably as the platform says it.
+
+    Linux: MemAvailable (free plus reclaimable cache; MemFree alone undercounts), capped by a
+    container's cgroup limit. macOS and others: the physical memory, an upper bound (there is
+    no reliable "available" figure without extra packages). None if even that is unknown.
+    """
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+                room = _cgroup_room()
+                return min(available, room) if room is not None else available
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gib(nbytes: float) -> str:
+    gib = nbytes / 2**30
+    return f"{gib:.1f}" if gib < 1e6 else f"{gib:.2g}"  # absurd sizes stay one short line
+
+
 def ensure_fits(nbytes: int, run: Run) -> None:
-    """Refuse, before allocating, a problem larger than the memory that is free."""
+    """Refuse, before allocating, a problem larger than the memory the run can get.
+
+    `nbytes` is the lesson's estimate of its peak: inputs, weights, the outputs alive at once,
+    and the float32 reference; the reference check's float64 slices are added here.
+    """
+    nbytes += WORKSPACE_BYTES
     if run.on_gpu:
         free, _ = torch.cuda.mem_get_info(run.device)
-        where = "GPU memory"
+        where = "free GPU memory"
     else:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        where = "free RAM"
+        free = available_ram()
+        where = "available RAM"
+        if free is None:
+            return  # nothing reliable to compare with: let the allocator speak
     if nbytes > free:
         raise UsageError(
-            f"these sizes need about {nbytes / 2**30:.1f} GiB, more than the "
-            f"{free / 2**30:.1f} GiB of {where}: choose smaller sizes"
+            f"these sizes need about {_gib(nbytes)} GiB, more than the "
+            f"{_gib(free)} GiB of {where}: choose smaller sizes"
         )
+
+
+def element_size(run: Run) -> int:
+    return torch.empty((), dtype=run.dtype).element_size()
+
+
+def command_hint(*words: str | Path) -> str:
+    """A `uv run python -m ...` line the user can paste from where they are.
+
+    From the repository root the short form works; from anywhere else uv is pointed at the
+    project (--project) and the module is found because the project installs `common`, and
+    every path in the line is made absolute.
+    """
+    here = Path.cwd().resolve() == ROOT
+    parts = ["uv", "run"] + ([] if here else ["--project", str(ROOT)]) + ["python", "-m"]
+    for word in words:
+        parts.append(str(word if here or not isinstance(word, Path) else word.resolve()))
+    return shlex.join(parts)
 
 
 def run_main(
@@ -210,3 +362,24 @@ def run_main(
     except MismatchError as err:
         print(f"error: the output does not match the float32 reference: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Partial outputs are cleaned up by the context managers the interrupt unwound.
+        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if not _caused_by_interrupt(err):
+            raise
+        # Ctrl-C landed inside a library's cleanup (the profiler's __exit__ can raise its own
+        # error while the interrupt unwinds): still an interruption, not a crash.
+        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__context__ or err.__cause__
+    return False

@@ -31,7 +31,14 @@ def shape_tag(args: argparse.Namespace) -> str:
 
 
 def bytes_needed(args: argparse.Namespace, run: Run) -> int:
-    """Weights, x, g, u, h, m, y, and a float32 reference copy of each."""
+    """What a GeGLU MLP run holds at its peak, in bytes.
+
+    In the run's dtype: the three weights, x, the intermediates g, u, h, m and two outputs
+    alive at once (warm-up keeps the last). The float32 reference adds a float32 copy of the
+    weights and x and its own intermediates and output. The comparison itself works in
+    slices and adds little.
+    """
     tokens, dim, hidden = args.batch * args.seq, args.dim, args.hidden
-    numel = 3 * dim * hidden + 2 * tokens * dim + 4 * tokens * hidden
-    return numel * (torch.empty((), dtype=run.dtype).element_size() + 4)
+    weights, x, inner, y = 3 * dim * hidden, tokens * dim, 4 * tokens * hidden, tokens * dim
+    elt = torch.empty((), dtype=run.dtype).element_size()
+    return (weights + x + inner + 2 * y) * elt + (weights + x + inner + y) * 4

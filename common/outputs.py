@@ -1,9 +1,16 @@
-"""Where a run's trace and table go, and writing them so that a failure leaves nothing behind."""
+"""Where a run's files go, and writing them so that a failure leaves nothing behind.
+
+A run's folder is checked before any work (can it be created, are the names legal there) but
+only created when the files are written. Files are written into a private temporary folder
+beside their final place, checked, then renamed into place together; on any failure the
+temporary folder, and any folder the run created, are removed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +20,7 @@ from pathlib import Path
 from common.cli import Run, UsageError
 
 DEFAULT_SCHEDULE = (1, 1, 3)  # wait, warmup, active: the posts' schedule
+PARTIAL_PREFIX = ".partial-"  # the temporary folder's name starts with this
 
 
 @dataclass(frozen=True)
@@ -38,35 +46,112 @@ def run_tag(shape: str, args: argparse.Namespace, run: Run, *, extra: str | None
     return "_".join(parts)
 
 
-def writable_folder(traces_dir: str, script: str) -> Path:
-    """Create DIR/<script> and prove it is writable before any expensive work starts."""
-    folder = Path(traces_dir) / script
+def _exists(path: Path) -> bool:
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        return path.exists()
+    except OSError:  # e.g. a name too long to even look up
+        return False
+
+
+def _existing_ancestor(path: Path) -> Path:
+    for candidate in [path, *path.parents]:
+        if _exists(candidate):
+            return candidate
+    return Path(".")
+
+
+def check_writable(folder: Path, names: list[str]) -> None:
+    """Prove, before expensive work and without leaving anything, that `names` can be written
+    into `folder` (which may not exist yet): the nearest existing ancestor is a writable
+    folder, and every name that would be created fits the file system's limits."""
+    base = _existing_ancestor(folder.absolute())
+    where = f"cannot write to {folder}"
+    if not base.is_dir():
+        raise UsageError(f"{where}: {base} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=base):
             pass
+        name_max = os.pathconf(base, "PC_NAME_MAX")
+        path_max = os.pathconf(base, "PC_PATH_MAX")
     except OSError as err:
-        raise UsageError(f"cannot write traces to {folder}: {err.strerror or err}") from None
-    return folder
+        raise UsageError(f"{where}: {err.strerror or err}") from None
+    temp_dir = f"{PARTIAL_PREFIX}{os.getpid()}-xxxxxxxx"
+    created = folder.absolute().relative_to(base).parts
+    for name in [*created, temp_dir, *names]:
+        if len(os.fsencode(name)) > name_max:
+            raise UsageError(
+                f"{where}: the name {name[:40]!r}... is longer than the {name_max} bytes "
+                "this file system allows; use shorter sizes or a shorter folder"
+            )
+    longest = folder.absolute() / temp_dir / max(names, key=len)
+    if len(os.fsencode(str(longest))) >= path_max:
+        raise UsageError(f"{where}: the path would exceed {path_max} bytes; use a shorter folder")
 
 
 def prepare(traces_dir: str, script: str, tag: str, *, gzip: bool) -> Outputs:
-    folder = writable_folder(traces_dir, script)
+    folder = Path(traces_dir) / script
     suffix = ".json.gz" if gzip else ".json"
-    return Outputs(trace=folder / f"{tag}{suffix}", table=folder / f"{tag}.txt")
+    outputs = Outputs(trace=folder / f"{tag}{suffix}", table=folder / f"{tag}.txt")
+    check_writable(folder, [outputs.trace.name, outputs.table.name])
+    return outputs
+
+
+def writable_folder(traces_dir: str, script: str) -> Path:
+    """A folder for outputs written as they come (the sweep's rows): checked, then created."""
+    folder = Path(traces_dir) / script
+    check_writable(folder, ["x" * 64])
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot write to {folder}: {err.strerror or err}") from None
+    return folder
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders that `mkdir(parents=True)` would create, deepest first."""
+    missing = []
+    for candidate in [folder, *folder.parents]:
+        if _exists(candidate):
+            break
+        missing.append(candidate)
+    return missing
 
 
 @contextmanager
-def atomic(*finals: Path) -> Iterator[list[Path]]:
-    """Yield temporary paths beside the final ones; rename them all only if the block succeeds.
+def publishing(*finals: Path) -> Iterator[list[Path]]:
+    """Yield temporary paths for `finals`; publish them all only if the block succeeds.
 
-    The temporary name keeps the final suffix (torch gzips a trace whose name ends in .gz).
+    Each temporary path keeps its final name (torch gzips a trace whose name ends in .gz),
+    inside a private folder beside the finals, so whatever a writer leaves next to its file
+    (the profiler writes `<name>.tmp` first) is removed with the folder. After the block each
+    file must exist and be non-empty: the profiler's exporter can fail without raising. The
+    renames are undone if one of them fails, and folders the run created are removed again.
     """
-    temps = [p.with_name(f".{p.name}.{os.getpid()}.partial{''.join(p.suffixes)}") for p in finals]
+    folder = finals[0].parent
+    created = _missing_folders(folder.absolute())
+    published: list[Path] = []
+    temp_dir = None
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        temp_dir = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{os.getpid()}-", dir=folder))
+        temps = [temp_dir / final.name for final in finals]
         yield temps
+        for temp in temps:
+            if not temp.is_file() or temp.stat().st_size == 0:
+                raise OSError(f"{temp.name} was not written (the writer reported no error)")
         for temp, final in zip(temps, finals, strict=True):
             os.replace(temp, final)
+            published.append(final)
+    except BaseException:
+        for path in published:
+            path.unlink(missing_ok=True)
+        raise
     finally:
-        for temp in temps:
-            temp.unlink(missing_ok=True)
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        if len(published) < len(finals):
+            for path in created:  # deepest first; only if nothing else was put there
+                try:
+                    path.rmdir()
+                except OSError:
+                    break

@@ -1,4 +1,5 @@
-"""The profiling loop every script shares: warm up, record a wait/warmup/active schedule, write.
+"""Plumbing around the profiler loop that each lesson writes out itself: warm-up, the
+activities to record, the table's order, printing what was written, reading it back.
 
 Why a schedule: the first steps pay for lazy initialisation (cuBLAS handles, workspace
 allocation, module loading, compilation) and the profiler's own start-up. `wait` steps run
@@ -15,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerActivity
 
-from common import expectations, findings, share, trace_reader
-from common.cli import Run
+from common import expectations, findings, trace_reader
+from common.cli import Run, command_hint
 from common.expectations import Expect
-from common.outputs import Outputs, atomic
+from common.outputs import Outputs
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 
@@ -56,72 +57,37 @@ def warm_up(
     return out
 
 
-def quiet_kineto(run: Run) -> None:
-    """Kineto logs profiler start/stop and a failed GPU probe on a CPU-only machine: noise on a
-    laptop console. The level is read when the profiler starts; a user's setting wins."""
+def activities(run: Run) -> list[ProfilerActivity]:
+    """What to record: the CPU always, CUDA on a GPU run.
+
+    On a CPU-only machine Kineto logs its start/stop and a failed GPU probe: noise on a laptop
+    console. Its log level is read when the profiler starts, so it is set here; a user's own
+    KINETO_LOG_LEVEL wins.
+    """
     if not run.on_gpu:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+        return [ProfilerActivity.CPU]
+    return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
 
 
-def record(
-    step: Callable[[], object], *, annotation: str, run: Run, args: argparse.Namespace
-) -> profile:
-    """Profile `wait + warmup + active` steps, each wrapped in `record_function(annotation)`."""
-    activities = [ProfilerActivity.CPU]
-    if run.on_gpu:
-        activities.append(ProfilerActivity.CUDA)
-    quiet_kineto(run)
-    steps = args.wait + args.warmup_steps + args.active
-    with profile(
-        activities=activities,
-        schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
-        record_shapes=True,  # the table's input dims tell which GEMM is which
-        acc_events=True,  # one cycle only; also keeps torch from warning that it clears events
-    ) as prof:
-        for _ in range(steps):
-            with record_function(annotation):
-                step()
-            prof.step()
-    return prof
+def sort_key(run: Run) -> str:
+    """The table's order: GPU time on a GPU (what the posts sort by), CPU time otherwise."""
+    return "device_time_total" if run.on_gpu else "cpu_time_total"
 
 
-def table(prof: profile, run: Run, rows: int) -> str:
-    sort_by = "device_time_total" if run.on_gpu else "cpu_time_total"
-    return prof.key_averages().table(sort_by=sort_by, row_limit=rows)
-
-
-def write(prof: profile, outputs: Outputs, text: str) -> None:
-    """Write trace and table together: both appear, or neither does."""
-    with atomic(outputs.trace, outputs.table) as (trace_tmp, table_tmp):
-        prof.export_chrome_trace(str(trace_tmp))
-        table_tmp.write_text(text + "\n")
-
-
-def profile_and_save(
-    step: Callable[[], object],
-    *,
-    annotation: str,
-    run: Run,
-    args: argparse.Namespace,
-    outputs: Outputs,
-) -> profile:
-    """Record, write, and print the table, the paths, peak memory and how to look at the trace."""
-    if run.on_gpu:
-        torch.cuda.reset_peak_memory_stats(run.device)
-    prof = record(step, annotation=annotation, run=run, args=args)
-    text = table(prof, run, args.rows)
-    write(prof, outputs, text)
-    print(text)
+def show(table: str, outputs: Outputs, run: Run) -> None:
+    """Print the table, where the files went, peak memory, and how to look at the trace."""
+    print(table)
     print(f"trace: {outputs.trace}")
     print(f"table: {outputs.table}")
     if run.on_gpu:
         peak = torch.cuda.max_memory_allocated(run.device)
-        print(f"peak device memory while profiling: {peak / 2**20:.1f} MiB")
+        print(f"peak device memory in this run: {peak / 2**20:.1f} MiB")
+    traces_dir = outputs.trace.parent.parent
     print(
         f"view: drop {outputs.trace} onto https://ui.perfetto.dev, or share the folder with "
-        f"`uv run python -m common.share {outputs.trace.parent.parent} --bucket NAME`"
+        f"`{command_hint('common.share', traces_dir, '--bucket', 'NAME')}`"
     )
-    return prof
 
 
 @dataclass(frozen=True)
@@ -141,7 +107,7 @@ def look(outputs: Outputs, expect: Expect) -> Seen:
     sibling = trace_reader.load(sibling_path) if sibling_path and sibling_path.is_file() else None
     verdict = expectations.check(trace, expect, sibling=sibling)
     print(expectations.render(verdict, expect))
-    print("findings (uv run python -m common.explain TRACE for the full reading):")
+    print(f"findings (the full reading: {command_hint('common.explain', outputs.trace)}):")
     for finding in findings.read(trace):
         print(f"  {'PROBLEM: ' if finding.problem else ''}[{finding.topic}] {finding.message}")
     return Seen(trace, verdict.ok)
@@ -149,7 +115,11 @@ def look(outputs: Outputs, expect: Expect) -> Seen:
 
 def finish(args: argparse.Namespace, outputs: Outputs, as_expected: bool) -> int:
     """Share if asked, then the exit code: 3 for a mismatch under --strict."""
-    code = share.after_run(args.traces_dir, args.bucket, outputs.trace) if args.bucket else 0
+    code = 0
+    if args.bucket is not None:
+        from common import share  # huggingface_hub loads only when sharing is asked for
+
+        code = share.after_run(args.traces_dir, args.bucket, outputs.trace)
     if args.strict and not as_expected:
         print(
             "error: the trace does not match the declared expectation (--strict)", file=sys.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import huggingface_hub as hf
 
-from common.cli import Parser, UsageError, one_line
+from common.cli import Parser, UsageError, bucket_name, one_line
 
 PERFETTO = "https://ui.perfetto.dev/#!/?url={bucket_url}/resolve/{path}"
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -58,9 +58,9 @@ def share(
             source=str(folder), dest=bucket_url.uri.to_uri(), delete=delete, token=token, quiet=True
         )
     except Exception as err:  # the remote service's failures come in many types
-        reason = one_line(err).replace(token, "***")
+        reason = one_line(err, 200, secret=token)  # scrubbed before it is cut
         raise ShareError(
-            f"could not sync to bucket {bucket!r} ({reason[:200]}); the traces stay in {folder}"
+            f"could not sync to bucket {bucket!r} ({reason}); the traces stay in {folder}"
         ) from None
     base = bucket_url.uri.to_url()
     return [(path, perfetto_url(base, path)) for path in local_traces(folder)]
@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-b",
         "--bucket",
         required=True,
+        type=bucket_name,
         metavar="NAME",
         help="Hugging Face bucket to sync to; created if it does not exist",
     )

@@ -1,13 +1,44 @@
-"""The shape sweep's output: a progress line per shape, the table, a CSV and a PNG plot."""
+"""The shape sweep's output: a progress line per shape, a CSV written row by row, and at the
+end the table and a PNG plot.
+
+Three times per row, because at small shapes they disagree: the GPU time of the forward's
+kernels (profiled), the host's time to issue one call, and the per-call time of calls queued
+back to back, which is the larger of the two plus whatever gaps remain.
+"""
 
 from __future__ import annotations
 
 import csv
-import io
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from common.outputs import atomic
+from common.outputs import publishing
+
+
+class RowWriter:
+    """Append rows to a CSV as they complete, flushed, so a stopped sweep keeps them."""
+
+    def __init__(self, path: Path, row_type):
+        self.path = path
+        self._names = [f.name for f in fields(row_type)]
+        self._file = None
+        self._writer = None
+
+    def __enter__(self):
+        return self
+
+    def write(self, row) -> None:
+        if self._file is None:  # created at the first row: a sweep that measured nothing
+            self._file = self.path.open("w", newline="")  # leaves no empty CSV
+            self._writer = csv.DictWriter(self._file, fieldnames=self._names)
+            self._writer.writeheader()
+        self._writer.writerow(asdict(row))
+        self._file.flush()
+
+    def __exit__(self, *exc):
+        if self._file is not None:
+            self._file.close()
+        return False
 
 
 def _compile_note(row) -> str:
@@ -20,29 +51,47 @@ def _compile_note(row) -> str:
     return "cache hit" if row.ran_compiled else "-"
 
 
+def _us(value) -> str:
+    return f"{value:.1f}" if value is not None else "-"
+
+
+def _bound(row) -> str:
+    """Which side sets the queued time: the host's dispatch or the GPU's kernels."""
+    if row.host_us is None or row.gpu_us is None:
+        return "-"
+    return "host" if row.host_us > row.gpu_us else "GPU"
+
+
 def progress(row) -> str:
-    geglu = f", GeGLU kernels {row.geglu_us:.1f} us" if row.geglu_us is not None else ""
-    return (
-        f"{row.variant:<15} {row.batch}x{row.seq} h{row.hidden}: {_compile_note(row)}, "
-        f"forward {row.forward_us:.1f} us (queued {row.queued_us:.1f}){geglu}"
-    )
+    times = f"queued {row.queued_us:.1f} us"
+    if row.gpu_us is not None:
+        times += (
+            f" (GPU {row.gpu_us:.1f} in {row.kernels} kernels, host {_us(row.host_us)}), "
+            f"GeGLU kernels {row.geglu_us:.1f} us"
+        )
+    return f"{row.variant:<15} {row.batch}x{row.seq} h{row.hidden}: {_compile_note(row)}, {times}"
 
 
-def table(rows, *, limit: int, device: str) -> str:
+def table(rows, *, limit: int, device: str, stopped: tuple[int, int] | None = None) -> str:
     head = (
         f"{'variant':<15} {'batch x seq':>11} {'hidden':>6} {'compile':<34} "
-        f"{'forward us':>10} {'p20-p80':>15} {'queued us':>9} {'GeGLU us':>9}"
+        f"{'queued us':>9} {'p20-p80':>13} {'GPU us':>8} {'host us':>8} {'bound':>5} "
+        f"{'kernels':>7} {'GeGLU us':>8}"
     )
     lines = [f"shape sweep on {device}; Dynamo recompile_limit = {limit}", head, "-" * len(head)]
     for r in rows:
-        geglu = f"{r.geglu_us:9.1f}" if r.geglu_us is not None else f"{'-':>9}"
         spread = f"{r.p20_us:.1f}-{r.p80_us:.1f}"
         lines.append(
-            f"{r.variant:<15} {f'{r.batch}x{r.seq}':>11} {r.hidden:>6} "
-            f"{_compile_note(r):<34} {r.forward_us:10.1f} {spread:>15} {r.queued_us:9.1f} {geglu}"
+            f"{r.variant:<15} {f'{r.batch}x{r.seq}':>11} {r.hidden:>6} {_compile_note(r):<34} "
+            f"{r.queued_us:9.1f} {spread:>13} {_us(r.gpu_us):>8} {_us(r.host_us):>8} "
+            f"{_bound(r):>5} {r.kernels or '-':>7} {_us(r.geglu_us):>8}"
         )
-    fell_back = [r for r in rows if r.ran_compiled is False]
-    totals = {}
+    lines.append(
+        "queued: per call with calls issued back to back (what a loop gets); GPU: the "
+        "forward's kernels (profiled); host: time to issue one call. Where host > GPU the "
+        "queued time is the host's, not the kernels'."
+    )
+    totals: dict[str, list] = {}
     for r in rows:
         totals.setdefault(r.variant, [0, 0.0])
         totals[r.variant][0] += r.compiles
@@ -50,21 +99,15 @@ def table(rows, *, limit: int, device: str) -> str:
     lines.append(
         "compiles per variant: " + ", ".join(f"{v} {n} ({s:.1f} s)" for v, (n, s) in totals.items())
     )
+    fell_back = [r for r in rows if r.ran_compiled is False]
     if fell_back:
         lines.append(
             f"WARNING: {len(fell_back)} 'compiled' row(s) ran eagerly (recompile limit "
             f"{limit}); their times are eager times, not compiled ones"
         )
+    if stopped:
+        lines.append(f"STOPPED after {stopped[0]} of {stopped[1]} rows: the rest were not measured")
     return "\n".join(lines)
-
-
-def _csv(rows) -> str:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(rows[0])])
-    writer.writeheader()
-    for r in rows:
-        writer.writerow(asdict(r))
-    return out.getvalue()
 
 
 def _plot(rows, path: Path) -> None:
@@ -73,8 +116,8 @@ def _plot(rows, path: Path) -> None:
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
 
-    with_kernels = any(r.geglu_us is not None for r in rows)
-    fig, axes = plt.subplots(1, 3 if with_kernels else 2, figsize=(18 if with_kernels else 12, 4.8))
+    on_gpu = any(r.gpu_us is not None for r in rows)
+    fig, axes = plt.subplots(1, 3 if on_gpu else 2, figsize=(18 if on_gpu else 12, 4.8))
     ax_time, ax_compile = axes[0], axes[1]
     for variant in dict.fromkeys(r.variant for r in rows):
         mine = [r for r in rows if r.variant == variant]
@@ -82,24 +125,22 @@ def _plot(rows, path: Path) -> None:
             f"{r.batch}x{r.seq}" + ("" if r.hidden == mine[0].hidden else f"\nh{r.hidden}")
             for r in mine
         ]
-        line = ax_time.plot(labels, [r.forward_us for r in mine], marker="o", label=variant)[0]
-        ax_time.plot(labels, [r.queued_us for r in mine], linestyle=":", color=line.get_color())
+        line = ax_time.plot(labels, [r.queued_us for r in mine], marker="o", label=variant)[0]
+        if on_gpu:
+            ax_time.plot(labels, [r.gpu_us for r in mine], linestyle=":", color=line.get_color())
+            axes[2].plot(labels, [r.host_us for r in mine], marker="o", label=variant)
         ax_compile.plot(labels, [r.compile_s for r in mine], marker="o", label=variant)
-        if with_kernels:
-            axes[2].plot(labels, [r.geglu_us for r in mine], marker="o", label=variant)
         for i, r in enumerate(mine):
             if r.ran_compiled is False:
-                ax_time.annotate("eager!", (i, r.forward_us), color="red")
+                ax_time.annotate("eager!", (i, r.queued_us), color="red")
     ax_time.set(
-        title="forward, no profiler (solid: one call; dotted: queued)",
+        title="forward per call, queued (solid); GPU kernels (dotted)",
         ylabel="us",
         xlabel="batch x seq",
     )
     ax_compile.set(title="Dynamo compile time at each new shape", ylabel="s", xlabel="batch x seq")
-    if with_kernels:
-        axes[2].set(
-            title="GeGLU kernels between the GEMMs (GPU time)", ylabel="us", xlabel="batch x seq"
-        )
+    if on_gpu:
+        axes[2].set(title="host time to issue one call", ylabel="us", xlabel="batch x seq")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -109,9 +150,9 @@ def _plot(rows, path: Path) -> None:
 
 
 def write(folder: Path, tag: str, rows, table_text: str) -> list[Path]:
-    finals = [folder / f"{tag}.txt", folder / f"{tag}.csv", folder / f"{tag}.png"]
-    with atomic(*finals) as (txt, csv_path, png):
+    """The table and the plot, published together (the CSV is already on disk)."""
+    finals = [folder / f"{tag}.txt", folder / f"{tag}.png"]
+    with publishing(*finals) as (txt, png):
         txt.write_text(table_text + "\n")
-        csv_path.write_text(_csv(rows))
         _plot(rows, png)
     return finals

@@ -1,7 +1,16 @@
 """Time a function without the profiler: warm up, repeat, report the median and the spread.
 
-On a GPU this is Triton's `do_bench` (CUDA events, an L2 flush between runs, warm-up and
-repetition budgets in milliseconds). On a CPU the same protocol with a host clock.
+Three GPU numbers, because a forward's time has a GPU part and a host part:
+- `time_gpu`, Triton's `do_bench`: each timed call is queued behind a write over a 256 MB
+  buffer (an L2 flush) with a CUDA event on each side of it; everything is queued first and
+  synchronized once. A sample is the GPU time between its two events: the call's kernels, plus
+  any wait for the CPU to issue them once the flush is done. It is a cold-L2 latency that
+  includes the host's dispatch only where that outlasts the flush, so it moves with the host.
+- `time_gpu_queued`: CUDA events around many calls issued back to back, caches warm: the
+  per-call throughput of a loop, the larger of GPU time and host dispatch time.
+- `time_host`: the host clock around calls issued without waiting: what the CPU spends to
+  dispatch one call (Python, ATen, Dynamo guards, launches).
+On a CPU the do_bench protocol is repeated with a host clock.
 """
 
 from __future__ import annotations
@@ -70,18 +79,42 @@ def time_cpu(
 
 
 def time_gpu(fn: Callable[[], object], *, warmup_ms: int = 25, rep_ms: int = 100) -> Timing:
+    """do_bench: each call behind an L2 flush, CUDA events around it (see the module's doc)."""
     from triton.testing import do_bench
 
     median, p20, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=list(QUANTILES))
-    return Timing(median / 1e3, p20 / 1e3, p80 / 1e3, 0, f"do_bench, {rep_ms} ms of runs")
+    return Timing(
+        median / 1e3, p20 / 1e3, p80 / 1e3, 0, f"do_bench: each call after an L2 flush, {rep_ms} ms"
+    )
+
+
+def time_host(fn: Callable[[], object], *, calls: int = 20, repeats: int = 15) -> Timing:
+    """Host time to issue one call: `calls` calls back to back, timed on the host clock
+    without waiting for the GPU, after a synchronize so the launch queue starts empty.
+
+    A few dozen calls stay far below the launch queue's depth, so the CPU never blocks on
+    the GPU here: this is dispatch cost alone, whatever the GPU time.
+    """
+    import torch
+
+    fn()
+    samples = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls)
+    torch.cuda.synchronize()
+    return summarize(samples, f"host clock over {calls} calls issued back to back, x{repeats}")
 
 
 def time_gpu_queued(fn: Callable[[], object], *, calls: int = 50, repeats: int = 7) -> Timing:
     """Per-call time with `calls` calls queued back to back between two CUDA events.
 
-    Unlike do_bench (one synchronized call at a time, L2 flushed), the CPU may run ahead of
-    the GPU here and the caches stay warm: this is the throughput of a loop, and the gap to
-    do_bench's number is launch overhead that a single call cannot hide.
+    Unlike do_bench the calls are not separated by L2 flushes, so the CPU may run ahead of
+    the GPU and the caches stay warm: this is the throughput of a loop, the larger of the GPU
+    time and the host's dispatch time per call.
     """
     import torch
 

@@ -1,5 +1,8 @@
 """A simple HBM traffic and FLOP model: what each kernel of a variant must at least move and do.
 
+The primitives live here; each lesson writes its own model from them, beside its EXPECT,
+because the model is part of the guess.
+
 Rules (the minimum, assuming nothing stays in cache between kernels):
 - a GEMM reads A [M, K] and B [K, N] once and writes C [M, N] once, plus a bias [N] if it adds
   one, plus C read back if it accumulates onto it (beta = 1, the `badd` epilogue);
@@ -42,33 +45,14 @@ def copy(label: str, numel: int, elt: int) -> Kernel:
     return Kernel(label, "memcpy", 0, 2 * numel * elt)
 
 
-def matmul_add(n: int, elt: int, *, compiled: bool) -> list[Kernel]:
-    """Part 1: eager is a GEMM then an add; compiled is addmm = copy b into out, GEMM onto it."""
-    if compiled:
-        return [
-            copy("b -> out (DtoD)", n * n, elt),
-            gemm("addmm GEMM (beta*C)", n, n, n, elt, accumulate=True),
-        ]
-    return [gemm("matmul GEMM", n, n, n, elt), elementwise("add", n * n, elt, reads=2)]
-
-
-def linear(batch: int, in_dim: int, out_dim: int, elt: int) -> list[Kernel]:
-    return [gemm("addmm GEMM (bias epilogue)", batch, in_dim, out_dim, elt, bias=True)]
-
-
-def geglu_mlp(tokens: int, dim: int, hidden: int, elt: int, *, fused: bool) -> list[Kernel]:
-    """Eager writes gelu(g) = h to HBM and the mul reads it back; a fused kernel does not."""
-    gate = gemm("gate_proj GEMM", tokens, dim, hidden, elt)
-    up = gemm("up_proj GEMM", tokens, dim, hidden, elt)
-    down = gemm("down_proj GEMM", tokens, hidden, dim, elt)
-    if fused:
-        middle = [elementwise("fused gelu(g) * u", tokens * hidden, elt, reads=2)]
-    else:
-        middle = [
-            elementwise("gelu(g)", tokens * hidden, elt, reads=1),
-            elementwise("h * u", tokens * hidden, elt, reads=2),
-        ]
-    return [gate, up, *middle, down]
+def geglu_projections(tokens: int, dim: int, hidden: int, elt: int) -> list[Kernel]:
+    """The three GEMMs every GeGLU MLP lesson runs: gate and up [tokens, dim] x [dim, hidden],
+    down [tokens, hidden] x [hidden, dim]. Each lesson places its GeGLU work between them."""
+    return [
+        gemm("gate_proj GEMM", tokens, dim, hidden, elt),
+        gemm("up_proj GEMM", tokens, dim, hidden, elt),
+        gemm("down_proj GEMM", tokens, hidden, dim, elt),
+    ]
 
 
 def total(kernels: list[Kernel]) -> tuple[int, int]:

@@ -18,7 +18,14 @@ BAD = [
     ("01_matmul_add", ["--dtype", "fp8"], "invalid choice: 'fp8'"),
     ("01_matmul_add", ["--sise", "64"], "unrecognized arguments: --sise"),
     ("01_matmul_add", ["--size", "2000000"], "choose smaller sizes"),
-    ("03_simple_mlp", ["--active", "0"], "--active: must be greater than 0"),
+    ("03_simple_mlp", ["--active", "0"], "--active: must be at least 1"),
+    ("02_linear", ["--active", "1000000"], "must be at most 10000, got 1000000 (every recorded"),
+    ("02_linear", ["--wait", "5000"], "--wait: must be at most 1000"),
+    ("02_linear", ["--seed", str(2**64)], "--seed: must be at most 18446744073709551615"),
+    ("02_linear", ["--seed", str(-(2**63) - 1)], "--seed: must be at least 0"),
+    ("02_linear", ["--traces-dir", ""], "--traces-dir/--traces_dir: is empty"),
+    ("02_linear", ["--bucket", ""], "is not a bucket name"),
+    ("02_linear", ["--bucket", "no spaces allowed"], "is not a bucket name"),
 ]
 
 
@@ -46,7 +53,8 @@ def test_unwritable_traces_folder_is_refused_before_any_work(tmp_path, capsys):
     blocker.write_text("a file where the traces folder should be")
     assert run_script("02_linear", "--traces-dir", str(blocker)) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: cannot write traces to") and len(err.splitlines()) == 1
+    assert err.startswith("error: cannot write to") and "is not a folder" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_liger_script_on_a_cpu_says_so_and_writes_nothing(tmp_path):
@@ -86,14 +94,14 @@ def test_failure_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
-def test_atomic_publishes_all_files_or_none(tmp_path):
-    a, b = tmp_path / "t.json.gz", tmp_path / "t.txt"
-    with outputs.atomic(a, b) as (ta, tb):
-        assert ta.name.endswith(".json.gz")  # torch picks gzip by the suffix
+def test_publishing_puts_all_files_in_place_or_none(tmp_path):
+    a, b = tmp_path / "new" / "t.json.gz", tmp_path / "new" / "t.txt"
+    with outputs.publishing(a, b) as (ta, tb):
+        assert ta.name == "t.json.gz"  # torch picks gzip by the suffix
         ta.write_text("trace")
         tb.write_text("table")
     assert a.read_text() == "trace" and b.read_text() == "table"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json.gz", "t.txt"]
+    assert sorted(p.name for p in a.parent.iterdir()) == ["t.json.gz", "t.txt"]
 
 
 def test_wrong_output_fails_the_correctness_check():

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from common import bench, ceilings, timing, trace_reader, traffic
-from tests.helpers import run_script
+from tests.helpers import load_script, run_script
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 
 
 def test_traffic_model_exact_bytes_for_the_posts_mlp():
     tokens, dim, hidden, bf16 = 64 * 128, 768, 3072, 2
-    eager = traffic.geglu_mlp(tokens, dim, hidden, bf16, fused=False)
-    fused = traffic.geglu_mlp(tokens, dim, hidden, bf16, fused=True)
+    model = load_script("03_simple_mlp").traffic_model
+    eager = model(tokens, dim, hidden, bf16, fused=False)
+    fused = model(tokens, dim, hidden, bf16, fused=True)
     # gate: x [8192, 768] + w [768, 3072] + out [8192, 3072] = 33,816,576 elements, 2 bytes each
     assert eager[0].bytes == 67_633_152 and eager[0].flops == 2 * 8192 * 768 * 3072
     # gelu reads g, writes h; mul reads h and u, writes m: 5 x [8192, 3072] bf16
@@ -32,12 +33,13 @@ def test_traffic_model_exact_bytes_for_the_posts_mlp():
 
 def test_traffic_model_matmul_add_and_linear():
     n = 64
-    eager = traffic.matmul_add(n, 2, compiled=False)
-    compiled = traffic.matmul_add(n, 2, compiled=True)
+    model = load_script("01_matmul_add").traffic_model
+    eager = model(n, 2, compiled=False)
+    compiled = model(n, 2, compiled=True)
     assert [k.bytes for k in eager] == [3 * n * n * 2, 3 * n * n * 2]
     assert [k.cls for k in compiled] == ["memcpy", "gemm"]
     assert [k.bytes for k in compiled] == [2 * n * n * 2, 4 * n * n * 2]  # C is read back
-    (gemm,) = traffic.linear(1024, 32, 64, 2)
+    (gemm,) = load_script("02_linear").traffic_model(1024, 32, 64, 2)
     assert gemm.bytes == (1024 * 32 + 32 * 64 + 1024 * 64 + 64) * 2
 
 
@@ -98,7 +100,8 @@ def test_ceilings_are_measured_once_then_cached(tmp_path):
 
 def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
     trace = trace_reader.load(H200 / "03_simple_mlp" / "b64_s128_d768_h3072_bf16_eager.json.gz")
-    model = traffic.geglu_mlp(8192, 768, 3072, 2, fused=False)
+    mlp_model = load_script("03_simple_mlp").traffic_model
+    model = mlp_model(8192, 768, 3072, 2, fused=False)
     times = bench.kernel_times(trace, model)
     # independently: the non-memset kernels of each step in launch order, median per position
     kernels = [[i.dur for i in step.gpu if i.kind == "kernel"] for step in trace.steps]
@@ -106,7 +109,7 @@ def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
     assert times == pytest.approx(expected)
     assert [k.label for k in model][2:4] == ["gelu(g)", "h * u"]
     assert 30e-6 < times[2] < 34e-6  # the GeLU kernel, ~32 us on the H200
-    wrong = traffic.geglu_mlp(8192, 768, 3072, 2, fused=True)
+    wrong = mlp_model(8192, 768, 3072, 2, fused=True)
     assert "per-kernel comparison skipped" in bench.kernel_times(trace, wrong)
     # a profiled step spans from its CPU start to its last kernel's end
     assert 250e-6 < bench.profiled_step_s(trace) < 1e-3
@@ -216,3 +219,22 @@ def test_sweep_liger_needs_a_gpu(tmp_path, capsys):
         pytest.skip("this machine has a GPU")
     assert run_script("04_shape_sweep", "--variants", "liger", "--traces-dir", str(tmp_path)) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsys):
+    real, calls = timing.time_cpu, []
+
+    def interrupt_the_second_row(fn, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(timing, "time_cpu", interrupt_the_second_row)
+    argv = ["--shapes", "2x4,3x4", *SWEEP, "--variants", "eager", "--traces-dir", str(tmp_path)]
+    assert run_script("04_shape_sweep", *argv) == 130
+    rows = read_rows(tmp_path)
+    assert [(r["variant"], r["batch"]) for r in rows] == [("eager", "2")]
+    (table,) = (tmp_path / "04_shape_sweep").glob("*.txt")
+    assert "STOPPED after 1 of 3 rows" in table.read_text()
+    assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
