@@ -119,6 +119,7 @@ def main(argv=None) -> int:
                 wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1
             ),
             record_shapes=True,  # the table's input dims tell which GEMM is which
+            acc_events=True,  # one cycle (repeat=1): keeps torch from warning it drops old cycles
         ) as prof:
             for _ in range(args.wait + args.warmup_steps + args.active):
                 with record_function(ANNOTATION):

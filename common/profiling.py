@@ -26,6 +26,49 @@ from common.outputs import Outputs
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 
 
+def _skip_the_profilers_inductor_probe() -> None:
+    """Keep torch's profiler from importing Inductor in runs that never compile.
+
+    When it starts, the profiler checks whether Inductor runs with CUDA graphs by asking
+    `hasattr(torch, "_inductor")`, and that question itself imports Inductor and Dynamo
+    through torch's lazy module loader: 5 s of an 11 s eager lesson on an H100
+    (tools/startup_breakdown.py, docs/startup.md). While Inductor is not loaded (and not
+    configured through its environment variable) nothing can have turned its CUDA graphs on,
+    so the probe is answered "no" without the import; a run that compiles has Inductor
+    loaded before it profiles and takes torch's own path. If torch renames these methods,
+    this does nothing.
+    """
+    from torch.profiler import profiler as torch_profiler
+
+    kineto = getattr(torch_profiler, "_KinetoProfile", None)
+    for name in ("prepare_trace", "start_trace"):
+        method = getattr(kineto, name, None)
+        if method is None or getattr(method, "_probe_skipped", False):
+            continue
+
+        def without_probe(self, *args, _method=method, **kwargs):
+            if "torch._inductor" in sys.modules or "TORCHINDUCTOR_TRITON_CUDAGRAPHS" in os.environ:
+                return _method(self, *args, **kwargs)
+            lazy = torch.__getattr__
+
+            def no_inductor(attribute):
+                if attribute == "_inductor":
+                    raise AttributeError(attribute)
+                return lazy(attribute)
+
+            torch.__getattr__ = no_inductor
+            try:
+                return _method(self, *args, **kwargs)
+            finally:
+                torch.__getattr__ = lazy
+
+        without_probe._probe_skipped = True
+        setattr(kineto, name, without_probe)
+
+
+_skip_the_profilers_inductor_probe()
+
+
 def synchronize(run: Run) -> None:
     if run.on_gpu:
         torch.cuda.synchronize(run.device)

@@ -271,3 +271,21 @@ def test_printed_hints_work_from_another_folder(tmp_path, capsys, monkeypatch):
     )
     assert proc.returncode == 0, proc.stderr
     assert "CPU dispatch chain" in proc.stdout
+
+
+def test_an_eager_lesson_does_not_load_inductor(tmp_path):
+    """torch's profiler probes `hasattr(torch, "_inductor")` on its first step, which imported
+    Inductor and Dynamo (5 s of an 11 s run on an H100) in lessons that never compile."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.helpers import run_script
+rc = run_script("02_linear", "--batch", "8", "--traces-dir", {str(tmp_path)!r})
+print(rc, "torch._inductor" in sys.modules, "torch._dynamo" in sys.modules)
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr[-2000:]
+    trace = tmp_path / "02_linear" / "b8_in32_out64_bf16_eager_cpu.json"
+    assert json.loads(trace.read_text())["traceEvents"]  # the profiler still recorded

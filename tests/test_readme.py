@@ -1,0 +1,68 @@
+"""Every command in the README runs as shown (the ones marked GPU-only or needing a Hugging Face
+token excepted): each is run for real, in order, in a scratch folder, with `uv run` replaced by
+this interpreter (the same project environment)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+NOT_HERE = ("GPU only", "needs a token")  # markers in a command's trailing comment
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip():
+                commands.append(line.strip())
+    return commands
+
+
+def to_argv(command: str) -> list[str] | None:
+    """`uv run X.py ...` / `uv run python -m M ...` as argv for this interpreter; None to skip."""
+    code, _, comment = command.partition("#")
+    if any(marker in comment for marker in NOT_HERE):
+        return None
+    words = shlex.split(code)
+    if words[:2] != ["uv", "run"] or words[2:3] == ["pytest"]:
+        return None  # `uv run pytest` is this very test run
+    rest = words[2:]
+    if rest[0] == "python":
+        rest = rest[1:]
+    if rest[0].endswith(".py"):
+        rest[0] = str(ROOT / rest[0])
+    return [sys.executable, *rest]
+
+
+def test_the_readme_lists_the_commands_it_should():
+    commands = readme_commands()
+    assert any("common.explain" in c for c in commands)
+    assert any("GPU only" in c for c in commands)  # the markers this test honours are used
+    skipped = [c for c in commands if to_argv(c) is None]
+    assert all(
+        any(m in c for m in NOT_HERE) or "pytest" in c or c.startswith("uvx") for c in skipped
+    ), skipped
+
+
+@pytest.mark.parametrize("command", [c for c in readme_commands() if to_argv(c)])
+def test_readme_command_runs_as_shown(command, tmp_path_factory):
+    # One scratch folder for all commands, in README order, so a command can read what an
+    # earlier one wrote (traces/...). tests/ is linked in for the committed fixtures.
+    work = tmp_path_factory.getbasetemp() / "readme"
+    if not work.exists():
+        work.mkdir()
+        (work / "tests").symlink_to(ROOT / "tests")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN",)}
+    proc = subprocess.run(
+        to_argv(command), cwd=work, capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, f"{command}\n{proc.stderr[-2000:]}"
