@@ -126,13 +126,13 @@ SWEEP = ["--dim", "8", "--hidden", "16", "--hidden-change", "32"]
 
 
 def read_rows(folder: Path) -> list[dict]:
-    (path,) = folder.glob("04_shape_sweep/*.csv")
+    (path,) = folder.glob("03_shape_sweep/*.csv")
     return list(csv.DictReader(path.open()))
 
 
 def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     rc = run_script(
-        "04_shape_sweep",
+        "03_shape_sweep",
         "--shapes",
         "2x4,3x4,4x4",
         *SWEEP,
@@ -158,13 +158,13 @@ def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     }
     out = capsys.readouterr().out
     assert out.count("[") >= 20 and "[20/20] mark-dynamic" in out  # a progress line per shape
-    png = next((tmp_path / "04_shape_sweep").glob("*.png"))
+    png = next((tmp_path / "03_shape_sweep").glob("*.png"))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_sweep_flags_rows_that_fell_back_to_eager_at_the_recompile_limit(tmp_path, capsys):
     rc = run_script(
-        "04_shape_sweep",
+        "03_shape_sweep",
         "--shapes",
         "2x4,3x4,4x4",
         "--dim",
@@ -206,7 +206,7 @@ def test_sweep_flags_rows_that_fell_back_to_eager_at_the_recompile_limit(tmp_pat
     ],
 )
 def test_sweep_bad_input(argv, message, tmp_path, capsys):
-    assert run_script("04_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 2
+    assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
@@ -217,7 +217,7 @@ def test_sweep_liger_needs_a_gpu(tmp_path, capsys):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert run_script("04_shape_sweep", "--variants", "liger", "--traces-dir", str(tmp_path)) == 2
+    assert run_script("03_shape_sweep", "--variants", "liger", "--traces-dir", str(tmp_path)) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
@@ -232,9 +232,9 @@ def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsy
 
     monkeypatch.setattr(timing, "time_cpu", interrupt_the_second_row)
     argv = ["--shapes", "2x4,3x4", *SWEEP, "--variants", "eager", "--traces-dir", str(tmp_path)]
-    assert run_script("04_shape_sweep", *argv) == 130
+    assert run_script("03_shape_sweep", *argv) == 130
     rows = read_rows(tmp_path)
     assert [(r["variant"], r["batch"]) for r in rows] == [("eager", "2")]
-    (table,) = (tmp_path / "04_shape_sweep").glob("*.txt")
+    (table,) = (tmp_path / "03_shape_sweep").glob("*.txt")
     assert "STOPPED after 1 of 3 rows" in table.read_text()
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"

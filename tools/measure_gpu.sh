@@ -9,8 +9,8 @@ traces=$(mktemp -d)
 mkdir -p "$out"
 $py -c "import torch, triton; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)" \
     > "$out/versions.txt" 2>&1
-$py 04_shape_sweep.py --traces-dir "$traces" > "$out/sweep.log" 2>&1
-cp "$traces"/04_shape_sweep/* "$out"/
+$py 03_shape_sweep.py --traces-dir "$traces" > "$out/sweep.log" 2>&1
+cp "$traces"/03_shape_sweep/* "$out"/
 mlp="--batch 64 --seq 128 --dim 768 --hidden 3072"
 for run in "03_simple_mlp.py $mlp" "03_simple_mlp.py $mlp --compile" \
            "03_kernels_mlp.py $mlp" "03_kernels_mlp.py $mlp --compile" \

@@ -27,7 +27,7 @@ REPEATS = 5
 def gpu_kernel_us(fn, calls: int = 5) -> float:
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], acc_events=True) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()

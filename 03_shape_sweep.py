@@ -17,8 +17,8 @@ Guess first:
                    input rather than for the whole function.
   liger            no compiles at all (GPU only).
 
-    uv run 04_shape_sweep.py
-    uv run 04_shape_sweep.py --shapes 8x128,32x128,64x256 --variants eager,compile,liger
+    uv run 03_shape_sweep.py
+    uv run 03_shape_sweep.py --shapes 8x128,32x128,64x256 --variants eager,compile,liger
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from torch.profiler import profile, record_function
 from common import check, cli, outputs, profiling, sweep_report, timing
 from common.kernel_names import classify
 
-SCRIPT = "04_shape_sweep"
+SCRIPT = "03_shape_sweep"
 VARIANTS = ("eager", "compile", "compile-static", "compile-dynamic", "mark-dynamic", "liger")
 GEGLU_CLASSES = ("elementwise", "inductor", "triton")  # the non-GEMM kernels between the GEMMs
 
@@ -127,7 +127,7 @@ def parse(argv):
         default="traces",
         metavar="DIR",
         help="the table (.txt), rows (.csv) and plot (.png) go to "
-        "DIR/04_shape_sweep/ (default: traces)",
+        "DIR/03_shape_sweep/ (default: traces)",
     )
     return parser.parse_args(argv)
 
@@ -154,7 +154,7 @@ def profile_calls(fn, x, run) -> tuple[bool, float | None, int, float | None, in
 
     Kernel durations come from CUPTI, so they are GPU time alone, whatever the host did."""
     activities = profiling.activities(run)
-    with profile(activities=activities) as prof:
+    with profile(activities=activities, acc_events=True) as prof:  # acc_events: no warning
         for _ in range(PROFILED_CALLS):
             with record_function("sweep_fwd"):
                 fn(x)
