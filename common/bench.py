@@ -19,6 +19,8 @@ from common.traffic import Kernel
 MATCH = {
     "gemm": ("gemm",),
     "elementwise": ("elementwise", "inductor", "triton"),
+    "aten": ("aten",),  # other ATen kernels: reductions, softmax
+    "attention": ("attention",),  # fused attention kernels
     "memcpy": ("memcpy",),
 }
 

@@ -8,22 +8,27 @@ bytes that each side's extra kernels had to move.
 
 Byte estimate for an extra (non-GEMM) kernel: every tensor input the launching CPU op recorded
 (record_shapes) read once, plus one output the size of the largest input written once. That is
-the minimum an elementwise kernel must move; it is what fusion saves.
+the minimum an elementwise kernel must move; it is what fusion saves. A memcpy moves its own
+size twice (read and write), a memset once (write), from the event's `bytes`.
+
+A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
+and exit code 2.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from common.cli import Parser
-from common.explain import load_or_exit
-from common.kernel_names import label
+from common.commandline import Parser
+from common.explain import dump_json, load_or_exit, stdout_closed
+from common.kernel_names import labels
 from common.trace_reader import GpuItem, Trace
+
+LABEL_WIDTH = 44
 
 DTYPE_BYTES = {
     "c10::BFloat16": 2,
@@ -44,7 +49,13 @@ def _kernels(trace: Trace) -> list[GpuItem]:
 
 
 def item_bytes(item: GpuItem) -> int | None:
-    """Minimum HBM traffic of an elementwise-like item, from its launcher's recorded inputs."""
+    """Minimum HBM traffic of an item: a copy's own size (memcpy read + write, memset write);
+    for an elementwise-like kernel, from its launcher's recorded inputs."""
+    if item.kind in ("memcpy", "memset"):
+        size = item.args.get("bytes")
+        if type(size) is not int or size < 0:
+            return None
+        return 2 * size if item.kind == "memcpy" else size
     if item.launcher is None:
         return None
     dims, types = item.launcher.args.get("Input Dims"), item.launcher.args.get("Input type")
@@ -96,13 +107,17 @@ def compare(a: Trace, b: Trace) -> dict:
     bytes_b = sum(e["bytes"] or 0 for e in extra_b)
     gemms_a = [i.name for i in ka if i.klass.cls == "gemm"]
     gemms_b = [i.name for i in kb if i.klass.cls == "gemm"]
+    # Two empty lists are not "identical GPU work": with none on either side there is
+    # nothing to compare, so the answer is None (CPU-only traces, or no kernels recorded).
     return {
         "a": str(a.path),
         "b": str(b.path),
         "device_a": a.device,
         "device_b": b.device,
-        "gpu_identical": [i.name for i in ka] == [i.name for i in kb],
-        "gemms_identical": gemms_a == gemms_b and bool(gemms_a),
+        "cpu_only": a.device is None and b.device is None,
+        "gpu_items_per_step": {"a": len(ka), "b": len(kb)},
+        "gpu_identical": [i.name for i in ka] == [i.name for i in kb] if ka or kb else None,
+        "gemms_identical": gemms_a == gemms_b if gemms_a or gemms_b else None,
         "kernels_in_both": sorted(common.elements()),
         "only_in_a": extra_a,
         "only_in_b": extra_b,
@@ -131,10 +146,22 @@ def text(result: dict) -> str:
     lines = [
         f"A: {result['a']} ({result['device_a'] or 'CPU only'})",
         f"B: {result['b']} ({result['device_b'] or 'CPU only'})",
-        "GPU work: " + ("identical, kernel for kernel" if result["gpu_identical"] else "differs"),
-        "GEMM kernels: "
-        + ("byte-for-byte identical" if result["gemms_identical"] else "differ (or none)"),
     ]
+    if result["gpu_identical"] is None:
+        lines.append(
+            "GPU work: none in either trace ("
+            + ("CPU-only traces)" if result["cpu_only"] else "no GPU work was recorded)")
+        )
+    else:
+        lines.append(
+            "GPU work: "
+            + ("identical, kernel for kernel" if result["gpu_identical"] else "differs")
+        )
+        gemms = result["gemms_identical"]
+        lines.append(
+            "GEMM kernels: "
+            + {True: "byte-for-byte identical", False: "differ", None: "none on either side"}[gemms]
+        )
     for side in ("a", "b"):
         items = result[f"only_in_{side}"]
         if items:
@@ -161,13 +188,16 @@ def text(result: dict) -> str:
             "CPU ops only in B (new): "
             + ", ".join(f"{n} x{c}" for n, c in Counter(result["cpu_ops_new"]).items())
         )
-    lines.append("average GPU time per kernel (us):   A        B")
-    for name, t in result["kernel_avg_us"].items():
-        fa = f"{t['a']:8.1f}" if t["a"] is not None else "       -"
-        fb = f"{t['b']:8.1f}" if t["b"] is not None else "       -"
-        lines.append(f"  {label(name):<32} {fa} {fb}")
-    g = result["gpu_us_per_step"]
-    lines.append(f"GPU time per step: A {g['a']:.1f} us, B {g['b']:.1f} us")
+    if result["kernel_avg_us"]:
+        names = labels(result["kernel_avg_us"], LABEL_WIDTH)  # unique: no two rows read alike
+        lines.append(f"{'average GPU time per kernel (us):':<{LABEL_WIDTH + 2}} {'A':>8} {'B':>8}")
+        for name, t in result["kernel_avg_us"].items():
+            fa = f"{t['a']:8.1f}" if t["a"] is not None else "       -"
+            fb = f"{t['b']:8.1f}" if t["b"] is not None else "       -"
+            lines.append(f"  {names[name]:<{LABEL_WIDTH}} {fa} {fb}")
+    if result["gpu_identical"] is not None:
+        g = result["gpu_us_per_step"]
+        lines.append(f"GPU time per step: A {g['a']:.1f} us, B {g['b']:.1f} us")
     return "\n".join(lines)
 
 
@@ -178,7 +208,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
     result = compare(load_or_exit(args.trace_a), load_or_exit(args.trace_b))
-    print(json.dumps(result, indent=2) if args.json else text(result))
+    try:
+        if args.json:
+            dump_json(result, sys.stdout)
+        else:
+            print(text(result))
+    except BrokenPipeError:
+        return stdout_closed()
     return 0
 
 

@@ -2,57 +2,75 @@
 dispatch chain, and what a careful reader would point at (the Part 1 cheatsheet).
 
     uv run python -m common.explain traces/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json
-    uv run python -m common.explain TRACE --json      # the same, machine-readable
+    uv run python -m common.explain TRACE --json      # the same, machine-readable (complete)
     uv run python -m common.explain TRACE --all-steps # every step in full, not just the first
+
+A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
+and exit code 2; single malformed events are skipped and reported as a health problem.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import TextIO
 
 from common import findings
-from common.cli import Parser
+from common.commandline import Parser
 from common.trace_reader import Step, Trace, TraceError, load, silent_ops
 
 NAME_WIDTH = 70
+MAX_OPS = 200  # text mode: lines per list in a step; a step of 100k ops must stay readable
 
 
 def _name(name: str) -> str:
     return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 3] + "..."
 
 
-def step_text(step: Step, *, on_gpu: bool) -> list[str]:
+def _more(left: int) -> str:
+    return f"... {left} more (--max-ops)"
+
+
+def step_text(step: Step, *, on_gpu: bool, max_ops: int | None = MAX_OPS) -> list[str]:
     lines = [findings.step_summary(step)]
     if step.gpu:
         lines.append("  GPU work, in launch order:")
         lines.append(f"    {'us':>8}  {'class':<11} {'launched by':<18} name (reading)")
-        for item in step.gpu:
+        for item in step.gpu[:max_ops]:
             reading = f" ({item.klass.detail})" if item.klass.detail else ""
             lines.append(
                 f"    {item.dur:8.1f}  {item.klass.cls:<11} {item.launched_by:<18} "
                 f"{_name(item.name)}{reading}"
             )
+        if max_ops is not None and len(step.gpu) > max_ops:
+            lines.append(f"    {_more(len(step.gpu) - max_ops)}")
     lines.append("  CPU dispatch chain:")
-    for op in step.cpu_ops:
+    for op in step.cpu_ops[:max_ops]:
         launched = [i.klass.cls for i in op.launched]
         mark = f"  -> {', '.join(launched)}" if launched else ""
         lines.append(f"    {'  ' * op.depth}{op.name}{mark}")
+    if max_ops is not None and len(step.cpu_ops) > max_ops:
+        lines.append(f"    {_more(len(step.cpu_ops) - max_ops)}")
     silent = silent_ops(step) if on_gpu else []  # on a CPU trace nothing launches GPU work
     if silent:
         lines.append(f"  launched no GPU work: {', '.join(silent)}")
     return lines
 
 
-def text(trace: Trace, *, all_steps: bool = False) -> str:
+def text(trace: Trace, *, all_steps: bool = False, max_ops: int | None = MAX_OPS) -> str:
+    """The reading for a person. `max_ops` caps each list per step (None: no cap)."""
     device = trace.device or "CPU only"
     lines = [f"trace: {trace.path} ({device}, {len(trace.steps)} recorded steps)"]
     for i, step in enumerate(trace.steps):
         if i == 0 or all_steps:
-            lines += step_text(step, on_gpu=trace.device is not None)
+            lines += step_text(step, on_gpu=trace.device is not None, max_ops=max_ops)
         else:
-            times = ", ".join(f"{item.dur:.1f}" for item in step.gpu)
+            times = ", ".join(f"{item.dur:.1f}" for item in step.gpu[:max_ops])
+            if max_ops is not None and len(step.gpu) > max_ops:
+                times += f", {_more(len(step.gpu) - max_ops)}"
             lines.append(
                 f"{findings.step_summary(step)}"
                 + (f"; kernel times (us, same order): {times}" if times else "")
@@ -64,47 +82,89 @@ def text(trace: Trace, *, all_steps: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _step_dict(trace: Trace, s: Step) -> dict:
+    return {
+        "name": s.name,
+        "cpu_us": s.dur,
+        "gpu_us": s.gpu_time,
+        "gpu": [
+            {
+                "name": i.name,
+                "kind": i.kind,
+                "class": i.klass.cls,
+                "reading": i.klass.detail,
+                "facts": i.klass.facts,
+                "us": i.dur,
+                "launched_by": i.launched_by,
+                "runtime_call": i.runtime,
+            }
+            for i in s.gpu
+        ],
+        "cpu_ops": [
+            {"name": o.name, "depth": o.depth, "us": o.dur, "launches": len(o.launched)}
+            for o in s.cpu_ops
+        ],
+        "launched_no_gpu_work": silent_ops(s) if trace.device else None,
+    }
+
+
 def as_dict(trace: Trace) -> dict:
     return {
         "path": str(trace.path),
         "device": trace.device,
-        "steps": [
-            {
-                "name": s.name,
-                "cpu_us": s.dur,
-                "gpu_us": s.gpu_time,
-                "gpu": [
-                    {
-                        "name": i.name,
-                        "kind": i.kind,
-                        "class": i.klass.cls,
-                        "reading": i.klass.detail,
-                        "facts": i.klass.facts,
-                        "us": i.dur,
-                        "launched_by": i.launched_by,
-                        "runtime_call": i.runtime,
-                    }
-                    for i in s.gpu
-                ],
-                "cpu_ops": [
-                    {"name": o.name, "depth": o.depth, "us": o.dur, "launches": len(o.launched)}
-                    for o in s.cpu_ops
-                ],
-                "launched_no_gpu_work": silent_ops(s) if trace.device else None,
-            }
-            for s in trace.steps
-        ],
+        "steps": [_step_dict(trace, s) for s in trace.steps],
         "findings": [f.as_dict() for f in findings.read(trace)],
     }
 
 
+def dump_json(data, out: TextIO) -> None:
+    """Strict JSON (NaN and Infinity are not JSON: refuse rather than write them)."""
+    json.dump(data, out, indent=2, allow_nan=False)
+    out.write("\n")
+
+
+def write_json(trace: Trace, out: TextIO) -> None:
+    """as_dict(trace) as `dump_json` writes it, one step at a time: the dicts of a trace of
+    a million events would take more memory than the trace itself."""
+    head = json.dumps(
+        {"path": str(trace.path), "device": trace.device, "steps": []}, indent=2, allow_nan=False
+    )
+    out.write(head[: head.rindex("[") + 1])
+    for i, step in enumerate(trace.steps):
+        body = json.dumps(_step_dict(trace, step), indent=2, allow_nan=False)
+        out.write(("," if i else "") + "\n    " + body.replace("\n", "\n    "))
+    out.write("\n  ]," if trace.steps else "],")
+    found = json.dumps(
+        [f.as_dict() for f in findings.read(trace)], indent=2, allow_nan=False
+    ).replace("\n", "\n  ")
+    out.write(f'\n  "findings": {found}\n}}\n')
+
+
 def load_or_exit(path: str) -> Trace:
-    """For the commands: a bad file is one line on stderr and exit code 2."""
+    """For the commands: a file they cannot use is one line on stderr and exit code 2."""
     try:
-        return load(path)
+        trace = load(path)
     except TraceError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    if not trace.steps:
+        print(
+            f"error: {path} has no recorded ProfilerStep, nothing to read (the schedule's wait "
+            "+ warmup + active was longer than the loop, or prof.step() was never called)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return trace
+
+
+def _max_ops(text: str) -> int | None:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value or None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,13 +176,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="print every step in full (default: the first in full, then one line per step)",
     )
+    parser.add_argument(
+        "--max-ops",
+        "--max_ops",
+        type=_max_ops,
+        default=MAX_OPS,
+        metavar="N",
+        help=f"text mode: print at most N CPU ops and N GPU items per step, then how many "
+        f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
+    )
     args = parser.parse_args(argv)
     trace = load_or_exit(args.trace)
-    if args.json:
-        print(json.dumps(as_dict(trace), indent=2))
-    else:
-        print(text(trace, all_steps=args.all_steps))
+    try:
+        if args.json:
+            write_json(trace, sys.stdout)
+        else:
+            print(text(trace, all_steps=args.all_steps, max_ops=args.max_ops))
+    except BrokenPipeError:
+        return stdout_closed()
     return 0
+
+
+def stdout_closed() -> int:
+    """`explain BIG | head` closed the pipe early: no traceback for that, and none at exit
+    when Python flushes stdout (pointed at /dev/null)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 1
 
 
 if __name__ == "__main__":

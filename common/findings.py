@@ -11,12 +11,29 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from common.kernel_names import label
-from common.trace_reader import Step, Trace, subtree
+from common.trace_reader import Step, Trace, launched_below
 
 OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 COMPILE_WORK = re.compile(
     r"compile_inner|CompileFx|inductor_compile|Dynamo.*compile|_compile", re.IGNORECASE
 )
+FX_GRAPH = re.compile(r"CompiledFxGraph (\S+)")
+# The caching allocator asking the driver for memory (or handing it back): inside a recorded
+# step it means the pool grew during the steps, which steady-state steps never do.
+ALLOCATOR_CALLS = frozenset(
+    {
+        "cudaMalloc",
+        "cudaFree",
+        "cudaMallocAsync",
+        "cudaFreeAsync",
+        "cuMemCreate",
+        "cuMemMap",
+        "cuMemUnmap",
+        "cuMemRelease",
+        "cuMemAddressReserve",
+    }
+)
+SHOWN_STEPS = 5  # steps named in a finding; the rest are counted
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,7 @@ def read(trace: Trace) -> list[Finding]:
         return health
     found = [
         *health,
+        _allocator(trace),
         _bound(trace),
         _cold_start(trace),
         *_occupancy(trace),
@@ -46,8 +64,34 @@ def read(trace: Trace) -> list[Finding]:
     return [f for f in found if f]
 
 
+def _names_matching(trace: Trace, pattern: re.Pattern) -> dict[str, re.Match | None]:
+    """pattern.search over the distinct op names: names repeat every step, regexes are slow."""
+    found: dict[str, re.Match | None] = {}
+    for step in trace.steps:
+        for op in step.cpu_ops:
+            if op.name not in found:
+                found[op.name] = pattern.search(op.name)
+    return found
+
+
+def _steps_text(names: list[str]) -> str:
+    shown = ", ".join(names[:SHOWN_STEPS])
+    return shown + (f" and {len(names) - SHOWN_STEPS} more" if len(names) > SHOWN_STEPS else "")
+
+
 def _health(trace: Trace) -> list[Finding]:
     out = []
+    if trace.skipped:
+        count = sum(trace.skipped.values())
+        reasons = ", ".join(f"{n} with {why}" for why, n in trace.skipped.most_common())
+        out.append(
+            Finding(
+                "health",
+                f"{count} malformed event{'s' if count > 1 else ''} skipped ({reasons}): the "
+                "file is damaged or was not written by the profiler; what they held is missing",
+                problem=True,
+            )
+        )
     if not trace.steps:
         out.append(
             Finding(
@@ -67,17 +111,15 @@ def _health(trace: Trace) -> list[Finding]:
                 problem=True,
             )
         )
-    recompiled = [
-        s.name for s in trace.steps if any(COMPILE_WORK.search(op.name) for op in s.cpu_ops)
-    ]
+    compiling = _names_matching(trace, COMPILE_WORK)
+    recompiled = [s.name for s in trace.steps if any(compiling[op.name] for op in s.cpu_ops)]
     regions = {
-        re.sub(r"^Torch-Compiled Region: ", "", op.name)
-        for s in trace.steps
-        for op in s.cpu_ops
-        if op.name.startswith("Torch-Compiled")
+        re.sub(r"^Torch-Compiled Region: ", "", name)
+        for name in compiling
+        if name.startswith("Torch-Compiled")
     }
     if recompiled or len(regions) > 1:
-        where = ", ".join(recompiled) or f"regions {sorted(regions)}"
+        where = _steps_text(recompiled) if recompiled else f"regions {sorted(regions)}"
         out.append(
             Finding(
                 "health",
@@ -87,6 +129,29 @@ def _health(trace: Trace) -> list[Finding]:
             )
         )
     return out
+
+
+def _allocator(trace: Trace) -> Finding | None:
+    calls: dict[str, int] = {}
+    total, where = 0.0, []
+    for step in trace.steps:
+        in_step = [c for c in step.runtime if c.name in ALLOCATOR_CALLS]
+        for call in in_step:
+            calls[call.name] = calls.get(call.name, 0) + 1
+            total += call.dur
+        if in_step:
+            where.append(f"{step.name} ({sum(c.dur for c in in_step):.0f} us)")
+    if not calls:
+        return None
+    count = sum(calls.values())
+    kinds = ", ".join(f"{name} x{n}" for name, n in calls.items())
+    return Finding(
+        "allocator",
+        f"{count} allocator call{'s' if count > 1 else ''} ({kinds}, {total:.0f} us in all) "
+        f"inside the recorded steps, in {_steps_text(where)}: the caching allocator grew "
+        "during the steps (e.g. the script keeps every step's output alive), so these steps "
+        "are not steady state and their CPU time is inflated",
+    )
 
 
 def _bound(trace: Trace) -> Finding | None:
@@ -158,37 +223,34 @@ def _occupancy(trace: Trace) -> list[Finding]:
 def _hidden_memcpy(trace: Trace) -> list[Finding]:
     if not trace.steps:
         return []
-    step = trace.steps[-1]
-    out = []
-    for op in step.cpu_ops:
-        below = [i for o in subtree(step, op) for i in o.launched]
-        if op.name == "aten::addmm" and any(i.kind == "memcpy" for i in below):
-            out.append(
+    for op in trace.steps[-1].cpu_ops:
+        if op.name == "aten::addmm" and launched_below(op, "memcpy"):
+            return [
                 Finding(
                     "memcpy",
                     "aten::addmm runs as a Memcpy DtoD (C copied into the "
                     "output) and a GEMM that adds onto it: two GPU operations for one "
                     "CPU op",
                 )
-            )
-            break
-    return out
+            ]
+    return []
 
 
 def _compile_rows(trace: Trace) -> list[Finding]:
+    graphs = _names_matching(trace, FX_GRAPH)
     hashes = []
     for step in trace.steps:
-        found = [re.search(r"CompiledFxGraph (\S+)", op.name) for op in step.cpu_ops]
+        found = [graphs[op.name] for op in step.cpu_ops]
         hashes.append(tuple(m.group(1) for m in found if m))
     if not any(hashes):
         return []
-    same = len(set(hashes)) == 1
+    distinct = list(dict.fromkeys(hashes))
+    same = len(distinct) == 1
     rows = sorted(
         {
-            op.name.split(":")[0]
-            for s in trace.steps
-            for op in s.cpu_ops
-            if op.name.startswith(("TorchDynamo", "Torch-Compiled", "AOTDispatcher", "Pregraph"))
+            name.split(":")[0]
+            for name in graphs
+            if name.startswith(("TorchDynamo", "Torch-Compiled", "AOTDispatcher", "Pregraph"))
         }
     )
     return [
@@ -198,7 +260,8 @@ def _compile_rows(trace: Trace) -> list[Finding]:
             + (
                 "the same in every step (cache hits)"
                 if same
-                else f"changes between steps {hashes} (recompiles)"
+                else f"changes between steps ({len(distinct)} different: "
+                f"{_steps_text([' '.join(h) or '-' for h in distinct])}; recompiles)"
             ),
             problem=not same,
         )
@@ -221,21 +284,32 @@ def _variation(trace: Trace) -> list[Finding]:
     if len(trace.steps) < 2:
         return []
     by_position = zip(*(s.gpu for s in trace.steps), strict=False)
-    out = []
-    for items in by_position:
-        if len({i.name for i in items}) != 1 or items[0].kind != "kernel":
+    varied = []  # (spread, position, name, low, high)
+    for position, items in enumerate(by_position):
+        if items[0].kind != "kernel" or any(i.name != items[0].name for i in items):
             continue
         durs = [i.dur for i in items]
         low, high = min(durs), max(durs)
-        if low > 0 and high / low > 1.10:
-            out.append(
-                Finding(
-                    "variation",
-                    f"{label(items[0].name, 60)} took {low:.1f} to "
-                    f"{high:.1f} us across steps ({high / low - 1:.0%} spread): read "
-                    "each step, not only the average",
-                )
+        if low >= 0.001 and high / low > 1.10:  # a 1 ns floor keeps the ratio finite
+            varied.append((high / low, position, items[0].name, low, high))
+    # A step of thousands of kernels must not bury the other findings: the widest few, in
+    # launch order, and a count of the rest.
+    shown = sorted(sorted(varied, reverse=True)[:SHOWN_STEPS], key=lambda v: v[1])
+    out = [
+        Finding(
+            "variation",
+            f"{label(name, 60)} took {low:.1f} to {high:.1f} us across steps "
+            f"({ratio - 1:.0%} spread): read each step, not only the average",
+        )
+        for ratio, _, name, low, high in shown
+    ]
+    if len(varied) > len(shown):
+        out.append(
+            Finding(
+                "variation",
+                f"{len(varied) - len(shown)} more kernels vary by over 10% across steps",
             )
+        )
     return out
 
 

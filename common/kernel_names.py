@@ -17,10 +17,22 @@ Classes:
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 
-CLASSES = ("gemm", "elementwise", "aten", "inductor", "triton", "memcpy", "memset", "other")
+CLASSES = (
+    "gemm",
+    "elementwise",
+    "aten",
+    "inductor",
+    "triton",
+    "memcpy",
+    "memset",
+    "other",
+    "attention",
+)
 
 _GEMM = re.compile(
     r"^(void\s+)?(nvjet|ampere_|sm\d+_xmma|sm\d+_|cutlass|volta_|turing_|hopper_|xmma_|gemm|"
@@ -143,11 +155,37 @@ def decode_fused_ops(joined: str) -> list[str]:
     return ops
 
 
+def _cut(name: str, width: int) -> str:
+    """Head and tail of a name with '...' between: GEMM names differ at both ends (the tile
+    up front, the epilogue and layout at the end: `..._h_bz_NNT` vs `..._h_badd_NNT`)."""
+    if len(name) <= width:
+        return name
+    keep = max(width - 3, 2)
+    head = (keep + 1) // 2
+    return name[:head] + "..." + name[len(name) - (keep - head) :]
+
+
 def label(name: str, width: int = 32) -> str:
-    """A kernel name cut to width; long ATen names become their class and op instead."""
+    """A kernel name cut to width (head and tail kept); long ATen names become their class and
+    op instead. Two names can share a label: use `labels` for a table."""
     if len(name) <= width:
         return name
     klass = classify(name)
     if klass.cls in ("elementwise", "aten") and klass.detail:
         return f"{klass.cls} {klass.detail}"[:width]
-    return name[: width - 3] + "..."
+    return _cut(name, width)
+
+
+def labels(names: Iterable[str], width: int = 32) -> dict[str, str]:
+    """A label per distinct name, unique within the set: labels that clash grow (keeping more
+    of the name's head and tail) until they differ; full names always do."""
+    out = {name: label(name, width) for name in dict.fromkeys(names)}
+    widths = dict.fromkeys(out, width)
+    while True:
+        seen = Counter(out.values())
+        clashing = [n for n, text in out.items() if seen[text] > 1 and text != n]
+        if not clashing:
+            return out
+        for name in clashing:
+            widths[name] += 1
+            out[name] = _cut(name, widths[name])

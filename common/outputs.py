@@ -12,7 +12,7 @@ import argparse
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +118,9 @@ def _missing_folders(folder: Path) -> list[Path]:
 
 
 @contextmanager
-def publishing(*finals: Path) -> Iterator[list[Path]]:
+def publishing(
+    *finals: Path, agree: Callable[[BaseException | None], None] | None = None
+) -> Iterator[list[Path]]:
     """Yield temporary paths for `finals`; publish them all only if the block succeeds.
 
     Each temporary path keeps its final name (torch gzips a trace whose name ends in .gz),
@@ -126,11 +128,18 @@ def publishing(*finals: Path) -> Iterator[list[Path]]:
     (the profiler writes `<name>.tmp` first) is removed with the folder. After the block each
     file must exist and be non-empty: the profiler's exporter can fail without raising. The
     renames are undone if one of them fails, and folders the run created are removed again.
+
+    `agree` is for one process of many that publish together (the ranks of a torchrun
+    launch): it is called with None once this process's files are written and checked, and
+    must return only if every process's were too (raising otherwise); it is called with the
+    error when this process's block fails, to tell the others. Nothing is renamed into place
+    until it has returned.
     """
     folder = finals[0].parent
     created = _missing_folders(folder.absolute())
     published: list[Path] = []
     temp_dir = None
+    asked = False  # agree was called: it must not be called a second time
     try:
         folder.mkdir(parents=True, exist_ok=True)
         temp_dir = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{os.getpid()}-", dir=folder))
@@ -139,12 +148,20 @@ def publishing(*finals: Path) -> Iterator[list[Path]]:
         for temp in temps:
             if not temp.is_file() or temp.stat().st_size == 0:
                 raise OSError(f"{temp.name} was not written (the writer reported no error)")
+        if agree is not None:
+            asked = True
+            agree(None)
         for temp, final in zip(temps, finals, strict=True):
             os.replace(temp, final)
             published.append(final)
-    except BaseException:
+    except BaseException as err:
         for path in published:
             path.unlink(missing_ok=True)
+        if agree is not None and not asked:
+            try:
+                agree(err)
+            except Exception:
+                pass  # the others time out instead; this process's own error is the one to raise
         raise
     finally:
         if temp_dir is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import huggingface_hub as hf
 
-from common.cli import Parser, UsageError, bucket_name, one_line
+from common.commandline import Parser, UsageError, bucket_name, one_line
 
 PERFETTO = "https://ui.perfetto.dev/#!/?url={bucket_url}/resolve/{path}"
 TRACE_SUFFIXES = (".json", ".json.gz")

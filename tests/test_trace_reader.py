@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common import compare, expectations, explain, findings, trace_reader
-from common.kernel_names import classify, decode_fused_ops
+from common.kernel_names import classify, decode_fused_ops, labels
 from tests.helpers import load_script, run_script
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
@@ -310,3 +310,73 @@ def test_strict_turns_a_mismatch_into_exit_3(tmp_path, monkeypatch, capsys):
     assert "MISMATCH  CPU op aten::add" in capsys.readouterr().out
     assert run_script("02_linear", "--batch", "8", "--traces-dir", str(tmp_path), "--strict") == 3
     assert "does not match the declared expectation" in capsys.readouterr().err
+
+
+def test_compare_charges_a_memcpy_its_own_bytes_twice():
+    """addmm's Memcpy DtoD copies b (4096 x 4096 bf16) into the output: it reads and writes
+    those bytes, not the addmm's three inputs plus an output."""
+    result = compare.compare(
+        fixture("01_matmul_add", "4096_bf16_warm_eager"),
+        fixture("01_matmul_add", "4096_bf16_warm_compile"),
+    )
+    (memcpy,) = [e for e in result["only_in_b"] if e["class"] == "memcpy"]
+    assert memcpy["bytes"] == 2 * 4096 * 4096 * 2
+    memset = next(
+        i
+        for i in fixture("01_matmul_add", "4096_bf16_warm_compile").steps[0].gpu
+        if i.kind == "memset"
+    )
+    assert compare.item_bytes(memset) == memset.args["bytes"] == 4  # written once
+
+
+def test_compare_labels_keep_what_tells_the_gemms_apart(capsys):
+    for size in ("64", "4096"):
+        eager = str(H200 / "01_matmul_add" / f"{size}_bf16_warm_eager.json.gz")
+        compiled = eager.replace("_eager", "_compile")
+        assert compare.main([eager, compiled]) == 0
+        table = capsys.readouterr().out.split("average GPU time per kernel")[1].splitlines()[1:]
+        rows = [line.split()[0] for line in table if line.strip().startswith("nvjet")]
+        assert len(rows) == 2 and len(set(rows)) == 2
+        assert any("_bz_" in r for r in rows) and any("_badd_" in r for r in rows)
+    names = [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>()",
+        "void at::native::unrolled_elementwise_kernel<at::native::CUDAFunctor_add<float>>()",
+    ]
+    assert len(set(labels(names, 32).values())) == 2  # both read "elementwise add" alone
+
+
+def test_compare_two_cpu_only_traces_says_there_is_no_gpu_work(tmp_path, capsys):
+    def cpu_only(source: Path) -> Path:
+        data = json.loads(gzip.decompress(source.read_bytes()))
+        del data["deviceProperties"]
+        keep = ("cpu_op", "user_annotation")
+        data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") in keep]
+        out = tmp_path / source.name.replace(".gz", "")
+        out.write_text(json.dumps(data))
+        return out
+
+    a = cpu_only(H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz")
+    b = cpu_only(H200 / "02_linear" / "b8_in4_out6_bf16_compile.json.gz")
+    assert compare.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "GPU work: none in either trace (CPU-only traces)" in out
+    assert "identical" not in out and "GPU time per step" not in out
+    assert compare.main([str(a), str(a), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["cpu_only"] is True
+    assert result["gpu_identical"] is None and result["gemms_identical"] is None
+
+
+def test_allocator_calls_inside_the_recorded_steps_are_pointed_out():
+    for mode in ("eager", "compile"):
+        trace = fixture("01_matmul_add", f"4096_bf16_warm_{mode}")
+        (found,) = [f for f in findings.read(trace) if f.topic == "allocator"]
+        assert found.message.startswith("3 allocator calls (cudaMalloc x3, ")
+        assert all(f"ProfilerStep#{n} (" in found.message for n in (2, 3, 4))
+        assert "not steady state" in found.message
+    quiet = [
+        fixture("01_matmul_add", "64_bf16_warm_eager"),
+        *(trace_reader.load(p) for p in sorted((H200 / "02_linear").glob("*.json.gz"))),
+    ]
+    for trace in quiet:
+        assert not [f for f in findings.read(trace) if f.topic == "allocator"], trace.path
