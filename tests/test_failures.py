@@ -23,8 +23,12 @@ def files_under(path):
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
+LESSONS = sorted(p.stem for p in ROOT.glob("0[0-9]_*.py") if p.stem != "03_shape_sweep")
+
+
 def test_every_lesson_shows_the_profiler_calls_the_posts_teach():
-    for lesson in ("01_matmul_add", "02_linear", "03_simple_mlp", "03_kernels_mlp"):
+    assert {"01_matmul_add", "02_linear", "04_c_sdpa_attention"} <= set(LESSONS)
+    for lesson in LESSONS:
         source = (ROOT / f"{lesson}.py").read_text()
         for call in (
             "with profile(",

@@ -1,0 +1,339 @@
+"""Part 3's lessons end to end on the CPU at small shapes: real torch, real profiler, real
+torch.compile. The files appear under the right names, hold exactly the recorded steps, and
+show the dispatch chains the lessons promise; refusals are one line, exit 2, nothing written.
+Plus the pieces a GPU run relies on that a CPU can still check: the traffic models, the memory
+estimate, and the comparison table read from kernel events."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from common import attention_flags, cli, traffic
+from tests.helpers import inside, load_script, read_trace, run_script, steps
+
+SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]
+TAG = "b1_h2_s16_d8_bf16"
+RECORDED = ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+
+
+def run_ok(script, tmp_path, *extra):
+    assert run_script(script, *SMALL, "--traces-dir", str(tmp_path), *extra) == 0
+
+
+def recorded_steps(trace, annotation="attn_fwd"):
+    """The trace's steps, each as (step event, its events), checked to be exactly #2..#4 with
+    the lesson's annotation in each."""
+    events = read_trace(trace)
+    found = steps(events)
+    assert [s["name"] for s in found] == RECORDED
+    out = []
+    for step in found:
+        within = inside(step, events)
+        assert annotation in [e["name"] for e in within]
+        out.append((step, within))
+    return events, out
+
+
+def nested(outer, name, events):
+    return [e for e in inside(outer, events) if e["name"] == name]
+
+
+def files_in(tmp_path):
+    return sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+
+
+# --- 04_a and 04_b: the naive attention, out of place and in place --------------------------
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+@pytest.mark.parametrize("script", ["04_a_naive_attention", "04_b_inplace_ops_attention"])
+def test_naive_lessons_write_the_recorded_steps(script, mode, tmp_path, capsys):
+    run_ok(script, tmp_path, *(["--compile"] if mode == "compile" else []))
+    stem = f"{script}/{TAG}_{mode}_cpu"
+    assert files_in(tmp_path) == [f"{stem}.json", f"{stem}.txt"]
+    events, recorded = recorded_steps(tmp_path / f"{stem}.json")
+    for _, within in recorded:
+        names = [e["name"] for e in within]
+        if mode == "compile":
+            assert any(n.startswith("Torch-Compiled Region") for n in names)
+            assert names.count("aten::bmm") == 2  # the GEMMs stay ATen calls
+            for gone in ("aten::masked_fill", "aten::masked_fill_", "aten::clone", "aten::softmax"):
+                assert gone not in names
+        else:
+            assert names.count("aten::matmul") == 2 and names.count("aten::bmm") == 2
+            assert "aten::mul" in names and "aten::softmax" in names
+    out = capsys.readouterr().out
+    assert "relative error" in out and "all as expected" in out
+    assert "attn_fwd" in (tmp_path / f"{stem}.txt").read_text()
+
+
+def test_naive_masked_fill_clones_the_scores_in_every_step(tmp_path):
+    run_ok("04_a_naive_attention", tmp_path)
+    events, recorded = recorded_steps(tmp_path / f"04_a_naive_attention/{TAG}_eager_cpu.json")
+    for _, within in recorded:
+        (fill,) = [e for e in within if e["name"] == "aten::masked_fill"]
+        chain = [e["name"] for e in inside(fill, events)]
+        # out of place: clone (empty_like + copy_) first, then the in-place fill on the copy
+        assert chain.index("aten::clone") < chain.index("aten::masked_fill_")
+        assert nested(fill, "aten::copy_", events)
+
+
+def test_inplace_masked_fill_has_no_clone_in_any_step(tmp_path):
+    run_ok("04_b_inplace_ops_attention", tmp_path)
+    path = tmp_path / f"04_b_inplace_ops_attention/{TAG}_eager_cpu.json"
+    events, recorded = recorded_steps(path)
+    for _, within in recorded:
+        names = [e["name"] for e in within]
+        assert "aten::masked_fill_" in names
+        assert "aten::masked_fill" not in names and "aten::clone" not in names
+        (fill,) = [e for e in within if e["name"] == "aten::masked_fill_"]
+        assert not nested(fill, "aten::copy_", events)
+
+
+# --- 04_c: SDPA with a pinned backend -------------------------------------------------------
+
+
+def sdpa(tmp_path, backend, *extra):
+    return run_script(
+        "04_c_sdpa_attention", *SMALL, "--backend", backend, "--traces-dir", str(tmp_path), *extra
+    )
+
+
+def test_sdpa_math_rebuilds_the_mask_and_uses_safe_softmax_every_step(tmp_path):
+    assert sdpa(tmp_path, "math") == 0
+    stem = f"04_c_sdpa_attention/{TAG}_eager_cpu_math"
+    assert files_in(tmp_path) == [f"{stem}.json", f"{stem}.txt"]
+    events, recorded = recorded_steps(tmp_path / f"{stem}.json")
+    for _, within in recorded:
+        (math,) = [e for e in within if e["name"] == "aten::_scaled_dot_product_attention_math"]
+        chain = [e["name"] for e in inside(math, events)]
+        assert "aten::tril" in chain or "aten::triu" in chain  # the causal mask, built again
+        assert "aten::_safe_softmax" in chain
+        assert chain.count("aten::bmm") == 2
+
+
+@pytest.mark.parametrize("backend", ["flash", "auto"])
+def test_sdpa_flash_on_a_cpu_is_the_cpu_flash_kernel(backend, tmp_path, capsys):
+    assert sdpa(tmp_path, backend) == 0
+    stem = f"04_c_sdpa_attention/{TAG}_eager_cpu_{backend}"
+    assert files_in(tmp_path) == [f"{stem}.json", f"{stem}.txt"]
+    events, recorded = recorded_steps(tmp_path / f"{stem}.json")
+    for _, within in recorded:
+        names = [e["name"] for e in within]
+        assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names
+        assert "aten::_safe_softmax" not in names and "aten::bmm" not in names
+    out = capsys.readouterr().out
+    assert "all as expected" in out
+    assert ("auto: ran (SDPA chose flash)" in out) == (backend == "auto")
+
+
+@pytest.mark.parametrize("backend", ["efficient", "cudnn"])
+def test_sdpa_backend_without_a_cpu_kernel_is_one_line(backend, tmp_path, capsys):
+    assert sdpa(tmp_path, backend) == 2  # tests pin --device cpu, also on a GPU machine
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"error: --backend {backend} cannot run here: {backend} has no CPU kernel "
+        "(on a CPU, SDPA runs math and flash)"
+    ]
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_sdpa_all_profiles_each_backend_and_prints_one_comparison(tmp_path, capsys):
+    assert sdpa(tmp_path, "all") == 0
+    stem = f"04_c_sdpa_attention/{TAG}_eager_cpu"
+    assert files_in(tmp_path) == [
+        f"{stem}_flash.json",
+        f"{stem}_flash.txt",
+        f"{stem}_math.json",
+        f"{stem}_math.txt",
+    ]
+    for backend in ("math", "flash"):
+        recorded_steps(tmp_path / f"{stem}_{backend}.json")
+    out = capsys.readouterr().out
+    table = out[out.index("backends compared") :].splitlines()
+    assert table[0].startswith("backends compared (b1_h2_s16_d8, bf16, CPU;")
+    assert table[1].split() == ["backend", "CPU", "us", "status"]
+    rows = {line.split()[0]: line for line in table[2:6]}
+    assert list(rows) == ["math", "efficient", "flash", "cudnn"]
+    for ran in ("math", "flash"):
+        assert rows[ran].split()[-1] == "ran" and float(rows[ran].split()[1]) > 0
+    for refused in ("efficient", "cudnn"):
+        assert f"cannot run: {refused} has no CPU kernel" in rows[refused]
+    assert "need a CUDA GPU" in table[6]
+    assert out.count("=== backend:") == 4
+
+
+def test_comparison_reads_kernel_events_and_flags_unmeasured_occupancy():
+    """On a GPU trace: kernels per step, GPU and CPU time, the longest kernel's occupancy read
+    from its event's args; a 0 from a cuLaunchKernelEx launch is footnoted, not believed."""
+    script = load_script("04_c_sdpa_attention")
+
+    def item(name, dur, kind="kernel", occupancy=None, runtime="cudaLaunchKernel"):
+        args = {} if occupancy is None else {"est. achieved occupancy %": occupancy}
+        return SimpleNamespace(name=name, dur=dur, kind=kind, args=args, runtime=runtime)
+
+    def step(gpu):
+        return SimpleNamespace(
+            cpu_ops=[SimpleNamespace(name="attn_fwd", dur=150.0)],
+            gpu=gpu,
+            gpu_time=sum(i.dur for i in gpu),
+            op_names=lambda: ["attn_fwd", "aten::_scaled_dot_product_cudnn_attention"],
+        )
+
+    cudnn = [
+        item(
+            "cudnn_generated_fort_native_sdpa_sm90_flash_fprop",
+            80.0,
+            occupancy=0,
+            runtime="cuLaunchKernelEx",
+        ),
+        item("Memset (Device)", 1.0, kind="memset"),
+    ]
+    trace = SimpleNamespace(device="NVIDIA H100", steps=[step(cudnn)] * 3)
+    row = script.summarize("cudnn", trace)
+    assert (row.kernels, row.gpu_us, row.cpu_us) == ("1 +1 memset", "81.0", "150.0")
+    assert row.occupancy == "0%" and row.occupancy_unmeasured
+    flash = [item("void pytorch_flash::flash_fwd_kernel<...>", 95.0, occupancy=12.5)]
+    no_args = [SimpleNamespace(name="fmha_cutlassF", dur=170.0, kind="kernel", runtime="?")]
+    rows = [
+        row,
+        script.summarize("flash", SimpleNamespace(device="H100", steps=[step(flash)] * 3)),
+        script.summarize("efficient", SimpleNamespace(device="H100", steps=[step(no_args)] * 3)),
+        script.Row("math", "cannot run: a reason"),
+    ]
+    assert rows[1].occupancy == "12.5%" and not rows[1].occupancy_unmeasured
+    assert rows[2].occupancy == "-"  # a reader without GpuItem.args: no column value, no crash
+    table = script.comparison(rows, "title", on_gpu=True).splitlines()
+    assert table[1].split()[:5] == ["backend", "kernels", "GPU", "us", "CPU"]
+    assert "0%*" in table[2] and "cannot run: a reason" in table[5]
+    assert table[-1].startswith("  * launched with cuLaunchKernelEx")
+
+
+def test_refusal_reason_is_the_pinned_backends_own():
+    """A refused call on a GPU warns a heading per fused kernel, each followed by its reasons
+    (these are an H100's, torch 2.11, flash pinned with fp32 inputs): the line must carry the
+    pinned backend's reason, without the C++ source location."""
+    script = load_script("04_c_sdpa_attention")
+    at = " (Triggered internally at /pytorch/aten/src/ATen/native/transformers/x.cpp:1.)"
+    warned = [
+        "Memory efficient kernel not used because:" + at,
+        "Memory Efficient attention has been runtime disabled." + at,
+        "Flash attention kernel not used because:" + at,
+        "Expected query, key and value to all be of dtype: {Half, BFloat16}. Got Query dtype: "
+        "float, Key dtype: float, and Value dtype: float instead." + at,
+        "cuDNN attention kernel not used because:" + at,
+        "cuDNN attention has been runtime disabled." + at,
+    ]
+    caught = [SimpleNamespace(message=text) for text in warned]
+    gpu = cli.Run(device=torch.device("cuda"), dtype=torch.float32, dtype_name="fp32")
+    error = RuntimeError("No available kernel. Aborting execution.")
+    assert script.why_not("flash", gpu, caught, error) == (
+        "Expected query, key and value to all be of dtype: {Half, BFloat16}. Got Query dtype: "
+        "float, Key dtype: float, and Value dtype: float instead."
+    )
+    assert (
+        script.why_not("cudnn", gpu, caught, error) == "cuDNN attention has been runtime disabled."
+    )
+    assert (
+        script.why_not("flash", gpu, [], error)
+        == "RuntimeError: No available kernel. Aborting execution."
+    )
+
+
+# --- 04_d: FlashAttention from the kernels Hub ----------------------------------------------
+
+
+def test_hub_flash_attention_on_a_cpu_says_so_and_writes_nothing(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert run_script("04_d_kernels_attention", "--traces-dir", str(tmp_path), device="auto") == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.splitlines()) == 1 and "needs a CUDA GPU" in captured.err
+    assert not list(tmp_path.rglob("*"))
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+BAD = [
+    ("04_a_naive_attention", ["--seq", "0"], "--seq: must be greater than 0"),
+    ("04_a_naive_attention", ["--heads", "-2"], "--heads: must be greater than 0"),
+    ("04_b_inplace_ops_attention", ["--head-dim", "0"], "--head_dim/--head-dim: must be greater"),
+    ("04_b_inplace_ops_attention", ["--batch", "two"], "--batch: expected a whole number"),
+    ("04_a_naive_attention", ["--seq", "1000000"], "choose smaller sizes"),
+    ("04_c_sdpa_attention", ["--backend", "xformers"], "invalid choice: 'xformers'"),
+    ("04_c_sdpa_attention", ["--compile"], "does not take --compile"),
+    ("04_d_kernels_attention", ["--variant", "fa4"], "invalid choice: 'fa4'"),
+    ("04_d_kernels_attention", ["--compile"], "does not take --compile"),
+]
+
+
+@pytest.mark.parametrize(("script", "argv", "message"), BAD)
+def test_bad_input_is_one_line_exit_2_nothing_written(script, argv, message, tmp_path, capsys):
+    rc = run_script(script, *argv, "--traces-dir", str(tmp_path))
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_help_explains_the_shape_flags_and_the_refused_compile(capsys):
+    for script in ("04_c_sdpa_attention", "04_d_kernels_attention"):
+        assert run_script(script, "--help") == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "--head_dim HEAD_DIM, --head-dim HEAD_DIM" in text
+        assert "(default: 1024)" in text and "not offered here (refused)" in text
+
+
+# --- the models beside EXPECT, and the memory estimate --------------------------------------
+
+
+def test_traffic_models_count_the_scores_round_trips():
+    args = SimpleNamespace(batch=2, heads=4, seq=128, head_dim=64)
+    sizes, elt = attention_flags.sizes(args), 2
+    scores = sizes.scores * elt
+    naive = load_script("04_a_naive_attention").traffic_model(sizes, elt, fused=False)
+    inplace = load_script("04_b_inplace_ops_attention").traffic_model(sizes, elt, fused=False)
+    fused = load_script("04_a_naive_attention").traffic_model(sizes, elt, fused=True)
+    total = lambda model: (sum(k.flops for k in model), sum(k.bytes for k in model))  # noqa: E731
+    # the in-place forward moves exactly one copy (a read and a write of the scores) less
+    assert total(naive)[1] - total(inplace)[1] == 2 * scores
+    assert [k.cls for k in naive] == [
+        "gemm",
+        "elementwise",
+        "memcpy",
+        "elementwise",
+        "aten",
+        "gemm",
+    ]
+    # fusing scale, mask and softmax saves two of the three read+write passes
+    assert total(inplace)[1] - total(fused)[1] == 2 * 2 * scores
+    gemm_flops = 4 * sizes.batch_heads * sizes.seq**2 * sizes.head_dim
+    assert total(naive)[0] == total(fused)[0] == gemm_flops  # the masked half is computed
+    (flash,) = load_script("04_c_sdpa_attention").traffic_model(sizes, elt, "flash")
+    assert flash.cls == "attention" and flash.flops == gemm_flops // 2
+    assert flash.bytes == 4 * sizes.qkv * elt  # q, k, v in, out out: no scores at all
+    hub = load_script("04_d_kernels_attention").traffic_model(sizes, elt, "fa2")
+    assert hub == [traffic.Kernel("FlashAttention-2 fwd", "attention", flash.flops, flash.bytes)]
+    math = load_script("04_c_sdpa_attention").traffic_model(sizes, elt, "math")
+    assert sum(k.flops for k in math) == gemm_flops and len(math) > 10
+
+
+def test_memory_estimate_counts_scores_inputs_and_the_reference():
+    args = SimpleNamespace(batch=1, heads=2, seq=8, head_dim=4)
+    run = cli.Run(device=torch.device("cpu"), dtype=torch.bfloat16, dtype_name="bf16")
+    qkv, scores, mask = 1 * 2 * 8 * 4, 1 * 2 * 8 * 8, 8 * 8
+    inputs = 3 * qkv * 2 + mask
+    reference = (4 * qkv + 2 * scores) * 4 + qkv * 2
+    assert attention_flags.bytes_needed(args, run, score_bytes=0) == inputs + reference
+    # the naive bf16 forward (two bf16 score buffers, two outputs) stays under the float32
+    # reference's peak; SDPA's math backend (9 bytes per score, six float32 copies) does not
+    naive = 2 * 2 * scores + 2 * qkv * 2
+    assert attention_flags.bytes_needed(args, run, score_bytes=4) == inputs + max(naive, reference)
+    math = 9 * scores + 6 * qkv * 4 + 2 * qkv * 2
+    assert math > reference
+    assert attention_flags.bytes_needed(args, run, score_bytes=9, fp32_copies=6) == inputs + math
+    assert attention_flags.shape_tag(args) == "b1_h2_s8_d4"
