@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
-from torch.profiler import profile, record_function
+from torch.profiler import profile
 
 from common import check, cli, outputs, profiling, sweep_report, timing
 from common.kernel_names import classify
@@ -145,7 +145,18 @@ def snapshot() -> tuple[int, float, int]:
     )
 
 
-PROFILED_CALLS = 5  # calls per profile: kernel times are medians over them
+PROFILED_CALLS = 5  # calls per profile: kernel times are averaged over them
+
+
+def gpu_work(events) -> list:
+    """The profiler's GPU events that are work (kernels, memcpys, memsets): a record_function's
+    GPU-side span is an event on the device too, and would count its kernels a second time."""
+    return [
+        e
+        for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA
+        and not getattr(e, "is_user_annotation", False)
+    ]
 
 
 def profile_calls(fn, x, run) -> tuple[bool, float | None, int, float | None, int]:
@@ -156,14 +167,13 @@ def profile_calls(fn, x, run) -> tuple[bool, float | None, int, float | None, in
     activities = profiling.activities(run)
     with profile(activities=activities, acc_events=True) as prof:  # acc_events: no warning
         for _ in range(PROFILED_CALLS):
-            with record_function("sweep_fwd"):
-                fn(x)
+            fn(x)
         profiling.synchronize(run)
     events = prof.events()
     ran_compiled = any(e.name.startswith("Torch-Compiled Region") for e in events)
     if not run.on_gpu:
         return ran_compiled, None, 0, None, 0
-    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = gpu_work(events)
     geglu = [e for e in kernels if classify(e.name).cls in GEGLU_CLASSES]
 
     def per_call(items):

@@ -238,3 +238,19 @@ def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsy
     (table,) = (tmp_path / "03_shape_sweep").glob("*.txt")
     assert "STOPPED after 1 of 3 rows" in table.read_text()
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
+
+
+def test_sweep_counts_gpu_work_once_not_the_annotations_over_it():
+    from types import SimpleNamespace
+
+    import torch
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [
+        SimpleNamespace(name="sweep_fwd", device_type=cuda, is_user_annotation=True),
+        SimpleNamespace(name="nvjet_gemm", device_type=cuda, is_user_annotation=False),
+        SimpleNamespace(name="Memset (Device)", device_type=cuda, is_user_annotation=False),
+        SimpleNamespace(name="aten::mm", device_type=cpu, is_user_annotation=False),
+    ]
+    sweep = load_script("03_shape_sweep")
+    assert [e.name for e in sweep.gpu_work(events)] == ["nvjet_gemm", "Memset (Device)"]

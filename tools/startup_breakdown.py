@@ -74,15 +74,15 @@ sys.stderr.flush()
 """
 
 
-def one_run(script: str, args: list[str]) -> dict:
+def one_run(script: str, args: list[str], repo: Path) -> dict:
     code = (
         CHILD.replace("SCRIPT", repr(script))
         .replace("ARGS", repr(args))
-        .replace("ROOT", repr(str(ROOT)))
+        .replace("ROOT", repr(str(repo)))
     )
     begin = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=600
     )
     wall = time.perf_counter() - begin
     line = next((x for x in proc.stderr.splitlines() if x.startswith("BREAKDOWN ")), None)
@@ -106,10 +106,17 @@ def main(argv=None) -> int:
         "--runs", type=int, default=3, help="measured runs after the warming one (default: 3)"
     )
     parser.add_argument("--json", metavar="FILE", help="also write every run's breakdown here")
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        default=ROOT,
+        help="time the lesson of another checkout of this project, e.g. an older commit's "
+        "worktree, for a before/after on the same machine (default: this one)",
+    )
     known, rest = parser.parse_known_args(argv)
     rest = [*rest, "--traces-dir", os.environ.get("TRACES_DIR", "/tmp/startup_traces")]
-    first = one_run(known.script, rest)
-    runs = [one_run(known.script, rest) for _ in range(known.runs)]
+    first = one_run(known.script, rest, known.repo.resolve())
+    runs = [one_run(known.script, rest, known.repo.resolve()) for _ in range(known.runs)]
     labels = list(dict.fromkeys(k for r in runs for k in r))
     print(
         f"{known.script} {' '.join(rest)}: median of {known.runs} runs "
