@@ -72,6 +72,8 @@ EXPECT = {
             "aten::softmax",
         ),
         cpu_absent=("Torch-Compiled Region*",),
+        # bf16/fp16 GEMMs run on Tensor cores (other --dtype: not declared)
+        gemm_precision={"bf16": "bf16/fp16 Tensor cores", "fp16": "bf16/fp16 Tensor cores"},
         why="one kernel per line, plus the copy hidden in the out-of-place masked_fill",
     ),
     "compile": Expect(
@@ -79,6 +81,7 @@ EXPECT = {
         cpu_present=("Torch-Compiled Region*", "aten::bmm"),
         cpu_absent=("aten::masked_fill", "aten::clone", "aten::softmax", "aten::mul"),
         gemms_as_in="eager",
+        gemm_precision={"bf16": "bf16/fp16 Tensor cores", "fp16": "bf16/fp16 Tensor cores"},
         why="the GEMMs untouched; scale, mask and softmax fused into one Triton kernel",
     ),
 }

@@ -76,6 +76,8 @@ EXPECT = {
             "aten::softmax",
         ),
         cpu_absent=("aten::masked_fill", "aten::clone", "Torch-Compiled Region*"),
+        # bf16/fp16 GEMMs run on Tensor cores (other --dtype: not declared)
+        gemm_precision={"bf16": "bf16/fp16 Tensor cores", "fp16": "bf16/fp16 Tensor cores"},
         why="04_a minus the copy: the mask writes into the scores it reads",
     ),
     "compile": Expect(
@@ -83,6 +85,7 @@ EXPECT = {
         cpu_present=("Torch-Compiled Region*", "aten::bmm"),
         cpu_absent=("aten::masked_fill_", "aten::clone", "aten::softmax", "aten::mul"),
         gemms_as_in="eager",
+        gemm_precision={"bf16": "bf16/fp16 Tensor cores", "fp16": "bf16/fp16 Tensor cores"},
         why="the same fused kernel as 04_a compiled: the compiler had already dropped the copy",
     ),
 }

@@ -92,6 +92,8 @@ EXPECT = {
             "aten::tril",
             "aten::_safe_softmax",
         ),
+        # math computes in float32 whatever --dtype (bf16/fp16 inputs upcast): sgemm, ffma
+        gemm_precision="fp32 CUDA cores",
         why="op by op in float32: two GEMMs, the mask rebuilt, a NaN-safe softmax",
     ),
     "efficient": Expect(

@@ -34,20 +34,39 @@ def profiled_step_s(trace: trace_reader.Trace) -> float:
     return statistics.median(spans)
 
 
+def operations(step: trace_reader.Step) -> list[tuple[str, float]]:
+    """(class, microseconds) of each GPU operation of a step in launch order, memsets aside:
+    a kernel that joins the one before it (a split-K reduce) adds its time to the last GEMM."""
+    out: list[list] = []
+    last_gemm = None
+    for item in step.gpu:
+        if item.kind == "memset":
+            continue
+        if item.klass.joins_previous and last_gemm is not None:
+            out[last_gemm][1] += item.dur
+            continue
+        if item.klass.cls == "gemm":
+            last_gemm = len(out)
+        out.append([item.klass.cls, item.dur])
+    return [(cls, us) for cls, us in out]
+
+
 def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] | str:
-    """Each model kernel's profiled duration (median over steps), matched by class and order."""
+    """Each model kernel's profiled duration (median over steps), matched by class and order;
+    a split-K GEMM's two kernels are one GEMM, timed together."""
     per_step = []
     for step in trace.steps:
         times = []
+        done = operations(step)
         for cls, classes in MATCH.items():
-            items = [i for i in step.gpu if i.klass.cls in classes and i.kind != "memset"]
+            items = [us for kind, us in done if kind in classes]
             wanted = [k for k in model if k.cls == cls]
             if len(items) != len(wanted):
                 return (
                     f"the trace has {len(items)} {cls}-like kernels per step where the model "
                     f"has {len(wanted)}: per-kernel comparison skipped"
                 )
-            times.append(iter(i.dur / 1e6 for i in items))
+            times.append(iter(us / 1e6 for us in items))
         by_cls = dict(zip(MATCH, times, strict=True))
         per_step.append([next(by_cls[k.cls]) for k in model])
     return [statistics.median(col) for col in zip(*per_step, strict=True)]

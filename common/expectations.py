@@ -1,16 +1,20 @@
 """Declared expectations ("guess first") checked against a trace ("then look").
 
 A script states, beside its module, what each recorded step should contain: GPU work counted in
-kernel classes (never in one architecture's kernel names) and CPU ops that must or must not
-appear. On a CPU-only trace only the CPU part is checked.
+kernel classes (never in one architecture's kernel names), the precision its GEMMs compute in
+(read from their names), and CPU ops that must or must not appear. On a CPU-only trace only
+the CPU part is checked.
+
+GPU work is counted in operations: a GEMM that cuBLAS runs as split-K (a product kernel and a
+reduce kernel) is one GEMM, as `Step.count` counts it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.kernel_names import CLASSES
-from common.trace_reader import Trace
+from common.kernel_names import CLASSES, PRECISIONS
+from common.trace_reader import DTYPES, Trace, input_dtype
 
 
 @dataclass(frozen=True)
@@ -19,12 +23,33 @@ class Expect:
     cpu_present: tuple[str, ...] = ()  # op names (or name prefixes ending in '*') in every step
     cpu_absent: tuple[str, ...] = ()
     gemms_as_in: str | None = None  # a sibling variant whose GEMM names must be identical
+    # What every GEMM computes in, one of PRECISIONS ("fp32 CUDA cores", ...), read from the
+    # kernel names on a GPU trace; or {input dtype: precision} for a guess that holds only
+    # for some --dtype ("bf16": the run's inputs, as record_shapes saw them); None: unchecked.
+    gemm_precision: str | dict[str, str] | None = None
     why: str = ""  # one line: the reasoning behind the guess
 
     def __post_init__(self):
         unknown = set(self.gpu) - set(CLASSES)
         if unknown:
             raise ValueError(f"unknown kernel classes {sorted(unknown)}; use {CLASSES}")
+        declared = self.gemm_precision
+        if declared is None:
+            return
+        by_dtype = declared if isinstance(declared, dict) else {"any": declared}
+        dtypes = set(DTYPES.values()) | {"any"}
+        for dtype, precision in by_dtype.items():
+            if dtype not in dtypes or precision not in PRECISIONS:
+                raise ValueError(
+                    f"gemm_precision {dtype!r}: {precision!r}: use one of {PRECISIONS}, per "
+                    f"input dtype ({', '.join(sorted(dtypes - {'any'}))}) or for any"
+                )
+
+    def precision_for(self, dtype: str | None) -> str | None:
+        """The GEMM precision declared for a run whose inputs are `dtype`, if any."""
+        if isinstance(self.gemm_precision, dict):
+            return self.gemm_precision.get(dtype) if dtype else None
+        return self.gemm_precision
 
 
 @dataclass
@@ -70,6 +95,7 @@ def check(trace: Trace, expect: Expect, *, sibling: Trace | None = None) -> Verd
                     f"GEMM names equal {expect.gemms_as_in}'s",
                     "identical" if same else f"{mine} vs {_gemm_names(sibling)}",
                 )
+        _check_precision(trace, expect, report, lines)
     for pattern in expect.cpu_present:
         missing = [
             s.name for s in trace.steps if not any(_matches(pattern, n) for n in s.op_names())
@@ -89,6 +115,35 @@ def check(trace: Trace, expect: Expect, *, sibling: Trace | None = None) -> Verd
     if trace.device is None:
         lines.append("  (CPU-only trace: GPU expectations not checked)")
     return Verdict(lines, bad)
+
+
+def _check_precision(trace: Trace, expect: Expect, report, lines: list[str]) -> None:
+    """Every GEMM launch (split-K reduces aside) in every step computes in the declared
+    precision; GEMMs whose names do not say are listed, and fail nothing on their own."""
+    want = expect.precision_for(input_dtype(trace.steps[-1]))
+    if want is None:
+        return
+    per_step = []  # {precision: GEMMs} of each step
+    for step in trace.steps:
+        seen: dict[str, int] = {}
+        for item in step.gpu:
+            if item.klass.cls == "gemm" and not item.klass.joins_previous:
+                precision = item.klass.facts.get("precision") or "not named"
+                seen[precision] = seen.get(precision, 0) + 1
+        per_step.append(seen)
+    what = f"GEMMs on {want}"
+    everywhere = {p for seen in per_step for p in seen}
+    if not everywhere:
+        lines.append(f"  (not checked) {what}: no GEMM in the recorded steps")
+        return
+    read = everywhere - {"not named"}
+    if not read:
+        lines.append(f"  (not checked) {what}: no GEMM's name says its precision")
+        return
+    shown = ", ".join(f"{n} {p}" for p, n in per_step[-1].items()) + " per step"
+    if any(seen != per_step[-1] for seen in per_step):
+        shown += " (the last; other steps differ)"
+    report(read == {want}, what, shown)
 
 
 def _gemm_names(trace: Trace) -> list[str]:

@@ -168,7 +168,9 @@ class Step:
         return [op.name for op in self.cpu_ops]
 
     def count(self, cls: str) -> int:
-        return sum(item.klass.cls == cls for item in self.gpu)
+        """GPU operations of a class: a kernel that joins the one before it (a split-K
+        reduce after its GEMM) is part of that operation, not another one."""
+        return sum(item.klass.cls == cls and not item.klass.joins_previous for item in self.gpu)
 
 
 @dataclass(eq=False)
@@ -184,6 +186,17 @@ class Trace:
     @property
     def gpu_items(self) -> int:
         return sum(len(s.gpu) for s in self.steps)
+
+    def device_properties(self, device: object = 0) -> dict:
+        """The profiler's deviceProperties entry for a device id (a kernel's args["device"]):
+        SM count, warp size, registers, shared memory and threads per SM; {} when absent."""
+        props = self.meta.get("deviceProperties")
+        if not isinstance(props, list):
+            return {}
+        found = [p for p in props if isinstance(p, dict) and p.get("id") == device]
+        if not found and len(props) == 1 and isinstance(props[0], dict):
+            found = props  # a single-GPU trace whose entry has no id
+        return found[0] if found else {}
 
 
 def load(path: str | Path) -> Trace:
@@ -634,6 +647,30 @@ def subtree(step: Step, op: CpuOp) -> list[CpuOp]:
 def launched_below(op: CpuOp, kind: str | None = None) -> bool:
     """Whether `op` or anything under it launched GPU work (of `kind`, if given)."""
     return bool(op.below & (_KIND_BIT[kind] if kind else 7))
+
+
+# What record_shapes writes for the floating-point element types, as the lessons' --dtype.
+DTYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64"}
+
+
+def input_dtype(step: Step) -> str | None:
+    """The element type the step's work started from: that of the first floating-point
+    tensor among the inputs of its first CPU op that has one (q of attention, x of a matmul):
+    "bf16", "fp16", "fp32", "fp64", or None without record_shapes."""
+    for op in step.cpu_ops:
+        for dtype in op.args.get("Input type") or ():
+            if dtype in DTYPES:
+                return DTYPES[dtype]
+    return None
+
+
+def ancestors(op: CpuOp | None) -> list[CpuOp]:
+    """`op` and the ops it is nested in, innermost first."""
+    out = []
+    while op is not None:
+        out.append(op)
+        op = op.parent
+    return out
 
 
 def silent_ops(step: Step) -> list[str]:
