@@ -207,6 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("trace_b", help="the variant (e.g. compiled, or Liger)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
+    from common import ranks  # a folder (or stem) of <stem>_rank<r>.json: runs side by side
+
+    if ranks.is_run(args.trace_a) or ranks.is_run(args.trace_b):
+        return ranks.compare_main(args)
     result = compare(load_or_exit(args.trace_a), load_or_exit(args.trace_b))
     try:
         if args.json:

@@ -1,5 +1,7 @@
-"""Explain a profiler trace: per recorded step, the GPU work and who launched it, the CPU
-dispatch chain, and what a careful reader would point at (the Part 1 cheatsheet).
+"""Explain a profiler trace: per recorded step, the GPU work and who launched it (each kernel
+with its footprint: grid, block, registers, shared memory, the profiler's occupancy estimate
+and the occupancy worked out from the footprint), the CPU dispatch chain, and what a careful
+reader would point at (the Part 1 cheatsheet, grown with Part 3's findings).
 
     uv run python -m common.explain traces/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json
     uv run python -m common.explain TRACE --json      # the same, machine-readable (complete)
@@ -18,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from common import findings
+from common import findings, footprint
 from common.commandline import Parser
 from common.trace_reader import Step, Trace, TraceError, load, silent_ops
 
@@ -34,10 +36,20 @@ def _more(left: int) -> str:
     return f"... {left} more (--max-ops)"
 
 
-def step_text(step: Step, *, on_gpu: bool, max_ops: int | None = MAX_OPS) -> list[str]:
+def _occupancy(trace: Trace | None, item) -> footprint.Occupancy | None:
+    if trace is None or item.kind != "kernel":
+        return None
+    return footprint.occupancy(item.args, trace.device_properties(item.args.get("device", 0)))
+
+
+def step_text(
+    step: Step, *, on_gpu: bool, max_ops: int | None = MAX_OPS, trace: Trace | None = None
+) -> list[str]:
+    """A step's reading; with `trace` (for its device properties) each kernel's footprint
+    line also gives the occupancy worked out from it."""
     lines = [findings.step_summary(step)]
     if step.gpu:
-        lines.append("  GPU work, in launch order:")
+        lines.append("  GPU work, in launch order (a kernel's footprint on the line below it):")
         lines.append(f"    {'us':>8}  {'class':<11} {'launched by':<18} name (reading)")
         for item in step.gpu[:max_ops]:
             reading = f" ({item.klass.detail})" if item.klass.detail else ""
@@ -45,11 +57,18 @@ def step_text(step: Step, *, on_gpu: bool, max_ops: int | None = MAX_OPS) -> lis
                 f"    {item.dur:8.1f}  {item.klass.cls:<11} {item.launched_by:<18} "
                 f"{_name(item.name)}{reading}"
             )
+            if item.kind == "kernel":
+                shape = footprint.describe(item.args, _occupancy(trace, item))
+                if shape:
+                    lines.append(f"{'':14}{shape}")
         if max_ops is not None and len(step.gpu) > max_ops:
             lines.append(f"    {_more(len(step.gpu) - max_ops)}")
     lines.append("  CPU dispatch chain:")
     for op in step.cpu_ops[:max_ops]:
-        launched = [i.klass.cls for i in op.launched]
+        launched = [
+            i.klass.cls + (" (split-K reduce)" if i.klass.joins_previous else "")
+            for i in op.launched
+        ]
         mark = f"  -> {', '.join(launched)}" if launched else ""
         lines.append(f"    {'  ' * op.depth}{op.name}{mark}")
     if max_ops is not None and len(step.cpu_ops) > max_ops:
@@ -66,7 +85,7 @@ def text(trace: Trace, *, all_steps: bool = False, max_ops: int | None = MAX_OPS
     lines = [f"trace: {trace.path} ({device}, {len(trace.steps)} recorded steps)"]
     for i, step in enumerate(trace.steps):
         if i == 0 or all_steps:
-            lines += step_text(step, on_gpu=trace.device is not None, max_ops=max_ops)
+            lines += step_text(step, on_gpu=trace.device is not None, max_ops=max_ops, trace=trace)
         else:
             times = ", ".join(f"{item.dur:.1f}" for item in step.gpu[:max_ops])
             if max_ops is not None and len(step.gpu) > max_ops:
@@ -80,6 +99,15 @@ def text(trace: Trace, *, all_steps: bool = False, max_ops: int | None = MAX_OPS
         f"  {'PROBLEM: ' if f.problem else ''}[{f.topic}] {f.message}" for f in findings.read(trace)
     ]
     return "\n".join(lines)
+
+
+def _footprint(trace: Trace, item) -> dict | None:
+    """A kernel's recorded footprint fields, all of them, and the occupancy worked out from
+    them (None where the device properties or a field is missing)."""
+    if item.kind != "kernel":
+        return None
+    occ = _occupancy(trace, item)
+    return {**footprint.fields(item.args), "from_footprint": occ.as_dict() if occ else None}
 
 
 def _step_dict(trace: Trace, s: Step) -> dict:
@@ -97,6 +125,8 @@ def _step_dict(trace: Trace, s: Step) -> dict:
                 "us": i.dur,
                 "launched_by": i.launched_by,
                 "runtime_call": i.runtime,
+                "counted_with_previous": i.klass.joins_previous,
+                "footprint": _footprint(trace, i),
             }
             for i in s.gpu
         ],
@@ -186,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
     )
     args = parser.parse_args(argv)
+    from common import ranks  # a folder (or stem) of <stem>_rank<r>.json: the ranks side by side
+
+    if ranks.is_run(args.trace):
+        return ranks.explain_main(args)
     trace = load_or_exit(args.trace)
     try:
         if args.json:

@@ -1,0 +1,435 @@
+"""05_tp_mlp.py for real: two gloo ranks under torchrun on the CPU, small shapes. What a user
+relies on: one trace per rank with the profiler's distributedInfo, the all-reduce in every
+recorded step, rank 0 speaking for all, and the multi-rank reading; a failure on any rank is
+one line from rank 0, every rank exits non-zero, nothing is left behind, nothing hangs.
+
+Each torchrun launch costs 10-25 s on a 2-core machine (three interpreters import torch), so
+the launches are few and shared; the rest runs in-process. The reader's GPU side is checked
+on a synthetic 2-rank GPU trace pair built here; a real pair from a GPU run can sit beside it
+(tests/fixtures/) and go through the same assertions.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from common import compare, explain, outputs, ranks, torchrun
+from tests.helpers import ROOT, inside, load_script, read_trace, steps
+
+SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
+TAG = "b2_s4_d16_h32_bf16_tp2_{mode}_cpu"
+LAUNCH_TIMEOUT_S = 240  # a hung launch fails the test instead of hanging CI
+
+
+def torchrun_launch(tmp: Path, *argv: str, nproc: int = 2, fault: str | None = None):
+    """`torchrun --standalone --nproc-per-node N 05_tp_mlp.py ARGV`, each rank's stdout and
+    stderr in its own log file. Returns (process, {rank: (stdout, stderr)})."""
+    logs = tmp / "logs"
+    env = {k: v for k, v in os.environ.items() if k != torchrun.FAULT_ENV}
+    if fault:
+        env[torchrun.FAULT_ENV] = fault
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            "--log-dir",
+            str(logs),
+            "--redirects",
+            "3",
+            str(ROOT / "05_tp_mlp.py"),
+            *argv,
+            "--device",
+            "cpu",  # gloo on the CPU, also on a machine with GPUs: the same traces everywhere
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=LAUNCH_TIMEOUT_S,
+    )
+    per_rank = {}
+    for r in range(nproc):
+        (folder,) = logs.glob(f"*/attempt_0/{r}")
+        per_rank[r] = ((folder / "stdout.log").read_text(), (folder / "stderr.log").read_text())
+    return proc, per_rank
+
+
+def exit_codes(torchrun_stderr: str) -> dict[int, int]:
+    """Each failed rank's exit code, from torchrun's closing report."""
+    found = re.findall(
+        r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_stderr
+    )
+    return {int(r): int(code) for r, code in found}
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """The link cache a test reads or writes is its own, not the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def files_under(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def eager(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tp_eager")
+    proc, logs = torchrun_launch(tmp, *SMALL, "--bench", "--traces-dir", str(tmp / "traces"))
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs[0][1][-3000:]
+    return tmp / "traces" / "05_tp_mlp", logs
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tp_compile")
+    proc, logs = torchrun_launch(tmp, *SMALL, "--compile", "--traces-dir", str(tmp / "traces"))
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs[0][1][-3000:]
+    return tmp / "traces" / "05_tp_mlp", logs
+
+
+def rank_trace(folder: Path, mode: str, rank: int) -> Path:
+    return folder / f"{TAG.format(mode=mode)}_rank{rank}.json"
+
+
+# --- a real run --------------------------------------------------------------------------
+
+
+def test_one_trace_per_rank_with_distributed_info_and_only_rank0_table(eager):
+    folder, _ = eager
+    tag = TAG.format(mode="eager")
+    assert sorted(p.name for p in folder.iterdir()) == [
+        f"{tag}_rank0.json",
+        f"{tag}_rank0.txt",
+        f"{tag}_rank1.json",
+    ]  # and no temporary file or folder left
+    for rank in (0, 1):
+        info = json.loads(rank_trace(folder, "eager", rank).read_text())["distributedInfo"]
+        assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, 2)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_every_recorded_step_holds_the_all_reduce(mode, eager, compiled):
+    folder = {"eager": eager, "compile": compiled}[mode][0]
+    issue = "_c10d_functional::all_reduce" if mode == "eager" else "_c10d_functional::all_reduce_"
+    for rank in (0, 1):
+        events = read_trace(rank_trace(folder, mode, rank))
+        recorded = steps(events)
+        assert [s["name"] for s in recorded] == [f"ProfilerStep#{i}" for i in (2, 3, 4)]
+        for step in recorded:
+            names = [e["name"] for e in inside(step, events)]
+            assert "tp_mlp_fwd" in names
+            assert names.index(issue) < names.index("c10d::allreduce_")
+            assert names.index("c10d::allreduce_") < names.index("_c10d_functional::wait_tensor")
+            # eager: three aten::linear, each an aten::mm on DTensors around one on the shards
+            count = ("aten::linear", 3) if mode == "eager" else ("aten::mm", 3)
+            assert names.count(count[0]) == count[1]
+        # gloo reduces on a thread of its own: its annotation sits beside the steps
+        assert any(e["name"] == "gloo:all_reduce" for e in events)
+
+
+def test_rank0_speaks_and_rank1_is_silent(eager):
+    _, logs = eager
+    out = logs[0][0]
+    assert "correctness: relative error vs float32 reference" in out and ": ok" in out
+    assert "tp_mlp_fwd" in out and "c10d::allreduce_" in out  # the table
+    assert "all as expected" in out
+    assert "skew of the step starts" in out  # the multi-rank reading
+    assert re.search(r"^tp-scaling: ranks=2 forward_us=[\d.]+ allreduce_us=", out, re.M)
+    assert logs[1][0] == ""
+
+
+def test_compiled_run_is_as_expected(compiled):
+    _, logs = compiled
+    out = logs[0][0]
+    assert "compile: first call took" in out and "all as expected" in out
+    assert "ok        CPU op _c10d_functional::all_reduce_" in out
+    assert logs[1][0] == ""
+
+
+def test_the_multi_rank_reading_of_cpu_traces(eager):
+    folder, _ = eager
+    runs = ranks.runs_at(folder)
+    (stem,) = runs
+    assert stem.name == TAG.format(mode="eager") and sorted(runs[stem]) == [0, 1]
+    result = ranks.read_run(stem, runs[stem])
+    assert result["world"] == 2 and result["backend"] == "gloo" and result["device"] is None
+    assert result["problems"] == [] and result["steps_matched"] == 3
+    for row in result["per_rank"]:
+        assert row["comm_us"] > 0 and row["compute_us"] > 0
+        assert row["exposed_us"] == row["comm_us"]  # on a CPU trace the thread waits in it
+        assert row["collectives_per_step"] == [1]
+    assert result["skew_us"]["median"] >= 0 and result["straggler"]["rank"] in (0, 1)
+    coll = result["collective"]
+    assert coll["bytes"] == 2 * 4 * 16 * 2 and coll["bus_GBps"] is None  # bf16 [2, 4, 16]
+    reading = ranks.text(result)
+    assert "skew of the step starts" in reading and "no bandwidth from a CPU trace" in reading
+
+
+def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
+    folder, _ = eager
+    assert explain.main([str(folder)]) == 0
+    assert "2 of 2 ranks, gloo" in capsys.readouterr().out
+    assert explain.main([str(folder), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["world"] == 2
+    a = folder / TAG.format(mode="eager")
+    b = compiled[0] / TAG.format(mode="compile")
+    assert compare.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "exposed communication" in out and "kernel by kernel, rank 0" in out
+    assert compare.main([str(a), str(b), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["b"]["ranks"] == 2
+    # a single trace still goes the usual way
+    assert explain.main([str(rank_trace(folder, "eager", 0))]) == 0
+    assert "CPU dispatch chain" in capsys.readouterr().out
+
+
+def test_scaling_tool_reads_the_bench_line_and_plans_its_runs(eager, capsys):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import tp_scaling
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    summary = tp_scaling.parse_summary(eager[1][0][0])
+    assert summary["ranks"] == 2 and summary["forward_us"] > 0 and summary["allreduce_us"] > 0
+    assert tp_scaling.main(["out", "--dry-run", "--ranks", "1,2"]) == 0
+    commands = capsys.readouterr().out.splitlines()
+    assert len(commands) == 8  # 2 shapes x 2 modes x 2 rank counts
+    assert all("torch.distributed.run --standalone --nproc-per-node" in c for c in commands)
+    assert any("--dim 2048 --hidden 9216" in c and "--compile" in c for c in commands)
+
+
+# --- failures: one line from rank 0, every rank out, nothing left --------------------------
+
+
+@pytest.mark.parametrize(
+    "fault",
+    ["1:export", "1:init"],
+    ids=["rank1-fails-after-rank0-wrote", "rank1-fails-while-rank0-is-in-a-collective"],
+)
+def test_a_failing_rank_stops_every_rank_and_leaves_nothing(fault, tmp_path):
+    traces = tmp_path / "traces"
+    proc, logs = torchrun_launch(tmp_path, *SMALL, "--traces-dir", str(traces), fault=fault)
+    assert proc.returncode != 0
+    where = fault.split(":")[1]
+    assert logs[0][1].splitlines() == [
+        f"error: rank 1 of 2: InjectedFault: failure staged at '{where}' by {torchrun.FAULT_ENV}"
+    ]
+    assert logs[1] == ("", "")
+    codes = exit_codes(proc.stderr)
+    assert sorted(codes) == [0, 1] and all(codes.values()), proc.stderr[-2000:]
+    assert files_under(traces) == []  # no trace, no temporary folder, no empty folder
+
+
+def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
+    """torchrun.run_main in this process as rank `rank` would run it (None: no torchrun);
+    a quiet rank's output is captured instead of sent to /dev/null."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    if rank is not None:
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+    hidden, streams = io.StringIO(), (sys.stdout, sys.stderr)
+
+    def quiet():
+        sys.stdout = sys.stderr = hidden
+
+    monkeypatch.setattr(torchrun, "_quiet", quiet)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        return torchrun.run_main(load_script("05_tp_mlp").main, list(argv)), hidden.getvalue()
+    finally:
+        sys.stdout, sys.stderr = streams
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_without_torchrun_it_says_how_to_launch(monkeypatch, tmp_path, capsys):
+    code, _ = _in_process(monkeypatch, *SMALL, "--traces-dir", str(tmp_path), rank=None)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "runs one process per rank: launch it with torchrun, e.g. `uv run torchrun " in err
+    assert "--nproc-per-node 2 05_tp_mlp.py --batch 2 --seq 4" in err
+    assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_hidden_that_does_not_split_over_the_ranks(rank, monkeypatch, tmp_path, capsys):
+    argv = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "33"]
+    code, hidden = _in_process(monkeypatch, *argv, "--traces-dir", str(tmp_path), rank=rank)
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    line = "error: --hidden 33 does not split over 2 ranks: choose a multiple of 2"
+    if rank == 0:
+        assert captured.err.startswith(line) and len(captured.err.splitlines()) == 1
+    else:
+        assert captured.err == "" and hidden == ""  # rank 0 says it for every rank
+    assert files_under(tmp_path) == []
+
+
+def test_more_processes_than_gpus_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    args = load_script("05_tp_mlp").parse([*SMALL])
+    launch = torchrun.Launch(rank=0, world=2, local_rank=0, local_world=2)
+    with pytest.raises(torchrun.UsageError, match="2 processes on this machine but 1 GPU"):
+        torchrun.resolve(args, launch)
+
+
+def test_agreeing_publish_renames_nothing_unless_every_rank_wrote(tmp_path):
+    final = tmp_path / "run" / "t_rank0.json"
+    told = []
+
+    def refuse(err):
+        told.append(err)
+        if err is None:
+            raise torchrun.RankFailed("rank 1 failed: OSError: disk full")
+
+    with pytest.raises(torchrun.RankFailed), outputs.publishing(final, agree=refuse) as (tmp,):
+        tmp.write_text("{}")
+    assert told == [None] and files_under(tmp_path) == []
+
+    with pytest.raises(OSError), outputs.publishing(final, agree=told.append) as (tmp,):
+        raise OSError("export failed")
+    assert isinstance(told[-1], OSError) and files_under(tmp_path) == []
+
+    with outputs.publishing(final, agree=lambda err: None) as (tmp,):
+        tmp.write_text("{}")
+    assert final.read_text() == "{}"
+
+
+def test_the_lesson_shows_its_module_plan_and_profiler_loop():
+    source = (ROOT / "05_tp_mlp.py").read_text()
+    for call in (
+        "init_device_mesh(",
+        "parallelize_module(mlp, mesh, PLAN)",
+        "ColwiseParallel()",
+        "RowwiseParallel()",
+        "with profile(",
+        "schedule=schedule(",
+        "with record_function(ANNOTATION)",
+        "prof.step()",
+        "prof.export_chrome_trace(",
+        "prof.key_averages().table(",
+    ):
+        assert call in source
+    lesson = load_script("05_tp_mlp")
+    assert {"EXPECT", "traffic_model", "reference", "SimpleGeGLUMLP"} <= set(vars(lesson))
+    one = lesson.expectation("eager", "gloo", 1)
+    assert "c10d::allreduce_" in one.cpu_absent and one.gpu[lesson.COLLECTIVE] == 0
+    nccl = lesson.expectation("eager", "nccl", 2)
+    assert "record_param_comms" in nccl.cpu_present and nccl.gpu[lesson.COLLECTIVE] == 1
+
+
+# --- the reader's GPU side, on a synthetic 2-rank GPU pair ---------------------------------
+
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+GEMM = "nvjet_sm90_tst_128x64_64x8_1x2_h_bz_coopA_NNT"
+GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>"
+TOKENS, DIM = 8192, 768
+
+
+def gpu_rank_trace(path: Path, rank: int, *, late_us: float) -> None:
+    """Two recorded steps of one rank: 3 GEMMs and a GeLU on stream 7, then the all-reduce on
+    NCCL's stream 20, launched under nccl:all_reduce (which recorded its input). This rank
+    starts each step `late_us` after t0; the all-reduce ends when the later rank arrives."""
+    events, corr = [], 0
+
+    def cpu(name, ts, dur, cat="cpu_op", **args):
+        events.append(
+            {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+             "args": args}
+        )  # fmt: skip
+
+    def launch(ts, kernel, start, dur, stream=7, runtime="cudaLaunchKernel"):
+        nonlocal corr
+        corr += 1
+        cat = "cuda_driver" if runtime.startswith("cu") and "Ex" in runtime else "cuda_runtime"
+        events.append(
+            {"ph": "X", "cat": cat, "name": runtime, "pid": 1, "tid": 1, "ts": ts, "dur": 4,
+             "args": {"correlation": corr}}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream, "ts": start,
+             "dur": dur, "args": {"correlation": corr, "device": rank, "stream": stream}}
+        )  # fmt: skip
+
+    for k, t0 in enumerate((1000.0, 3000.0)):
+        s = t0 + late_us
+        cpu(f"ProfilerStep#{k + 2}", s, 900, cat="user_annotation")
+        for i in range(3):
+            cpu("aten::mm", s + 10 + 20 * i, 15)
+            launch(s + 12 + 20 * i, GEMM, s + 100 + 40 * i, 40)
+        cpu("aten::gelu", s + 80, 10)
+        launch(s + 82, GELU, s + 220, 30)
+        reduced = {"Input Dims": [[TOKENS, DIM]], "Input type": ["c10::BFloat16"]}
+        cpu("_c10d_functional::all_reduce", s + 100, 60, **reduced)
+        cpu("c10d::allreduce_", s + 110, 45)
+        cpu("record_param_comms", s + 112, 40)
+        cpu("nccl:all_reduce", s + 114, 30, cat="user_annotation", **reduced)
+        # NCCL starts when GeLU is half done (overlap 15 us); both ranks finish at t0 + 330.
+        start = s + 235
+        launch(s + 120, NCCL, start, t0 + 330 - start, stream=20, runtime="cuLaunchKernelEx")
+        cpu("_c10d_functional::wait_tensor", s + 170, 5)
+    trace = {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": rank, "name": "NVIDIA H200"}],
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "traceEvents": events,
+    }
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+
+
+def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
+    gpu_rank_trace(tmp_path / "run_rank0.json.gz", 0, late_us=0)
+    gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=50)  # the straggler
+    runs = ranks.runs_at(tmp_path / "run")
+    result = ranks.read_run(tmp_path / "run", runs[tmp_path / "run"])
+    assert result["problems"] == [] and result["device"] == "NVIDIA H200"
+    r0, r1 = result["per_rank"]
+    assert r0["compute_us"] == pytest.approx(3 * 40 + 30)
+    assert r0["comm_us"] == pytest.approx(95) and r1["comm_us"] == pytest.approx(45)
+    assert r0["exposed_us"] == pytest.approx(95 - 15) and r1["exposed_us"] == pytest.approx(30)
+    assert r0["wait_us"] == pytest.approx(50) and r1["wait_us"] == pytest.approx(0)
+    assert result["skew_us"]["max"] == pytest.approx(50)
+    assert result["straggler"] == {"rank": 1, "steps": 2}
+    coll = result["collective"]
+    assert coll["bytes"] == TOKENS * DIM * 2 and coll["transfer_us"] == pytest.approx(45)
+    busbw = 2 * (2 - 1) / 2 * TOKENS * DIM * 2 / 45e-6 / 1e9
+    assert coll["bus_GBps"] == pytest.approx(busbw) and coll["link_GBps"] is None
+    assert "not measured on this machine yet" in ranks.text(result)
+    # with the link measured (by a --bench run), the reading compares against it
+    ranks.store_link(ranks.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
+    again = ranks.read_run(tmp_path / "run", runs[tmp_path / "run"])
+    assert again["collective"]["share_of_link"] == pytest.approx(busbw / 400)
+    assert "this all-reduce reaches" in ranks.text(again)
+
+
+def test_a_missing_rank_is_a_problem_not_a_crash(tmp_path):
+    gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=0)
+    result = ranks.read_run(tmp_path / "run", {1: tmp_path / "run_rank1.json.gz"})
+    assert result["problems"] == ["rank(s) 0 of 2 missing: the reading covers 1 rank(s)"]
+    assert "PROBLEM" in ranks.text(result)
+
+
+def test_a_damaged_rank_trace_is_one_line_exit_2(tmp_path, capsys):
+    gpu_rank_trace(tmp_path / "run_rank0.json.gz", 0, late_us=0)
+    (tmp_path / "run_rank1.json").write_text('{"traceEvents": [')
+    assert explain.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
