@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import compare, explain, outputs, ranks, torchrun
+from common import compare, expectations, explain, outputs, ranks, torchrun, trace_reader
 from tests.helpers import ROOT, inside, load_script, read_trace, steps
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
@@ -433,3 +433,31 @@ def test_a_damaged_rank_trace_is_one_line_exit_2(tmp_path, capsys):
     assert explain.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.splitlines()) == 1
+
+
+REAL = Path(__file__).parent / "fixtures" / "h200x2" / "05_tp_mlp"
+
+
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_real_two_gpu_rank_traces(mode):
+    """Recorded on 2 H200s (NCCL, NVLink; see tests/fixtures/README.md): every rank holds the
+    declared expectation, and the multi-rank reading finds the all-reduce and its bandwidth."""
+    stem = REAL / f"b64_s128_d768_h3072_bf16_tp2_{mode}"
+    lesson = load_script("05_tp_mlp")
+    runs = ranks.runs_at(stem)
+    (paths,) = runs.values()
+    assert sorted(paths) == [0, 1]
+    for path in paths.values():
+        trace = trace_reader.load(path)
+        assert trace.meta["distributedInfo"]["world_size"] == 2
+        verdict = expectations.check(trace, lesson.expectation(mode, "nccl", 2))
+        assert verdict.ok, verdict.mismatches
+        for step in trace.steps:
+            (nccl,) = [i for i in step.gpu if i.klass.cls == "collective"]
+            assert nccl.klass.detail.startswith("AllReduce Sum bf16")
+    result = ranks.read_run(stem, paths)
+    assert result["problems"] == [] and result["device"] == "NVIDIA H200"
+    coll = result["collective"]
+    assert coll["bytes"] == 64 * 128 * 768 * 2  # the [64, 128, 768] bf16 output, 12.6 MB
+    assert 50 < coll["bus_GBps"] < 1000  # NVLink between the two H200s
+    assert all(r["comm_us"] > 0 and r["compute_us"] > 0 for r in result["per_rank"])
