@@ -38,8 +38,9 @@ def to_argv(command: str) -> list[str] | None:
     rest = words[2:]
     if rest[0] == "python":
         rest = rest[1:]
-    if rest[0].endswith(".py"):
-        rest[0] = str(ROOT / rest[0])
+    elif rest[0] == "torchrun":  # the console script of torch.distributed.run
+        rest = ["-m", "torch.distributed.run", *rest[1:]]
+    rest = [str(ROOT / w) if w.endswith(".py") and not w.startswith("-") else w for w in rest]
     return [sys.executable, *rest]
 
 
