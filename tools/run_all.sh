@@ -31,6 +31,7 @@ for mode in "" --compile; do
     run 02_linear.py $s02 $mode
     run 03_simple_mlp.py $s03 $mode
     [ "$gpu" = 1 ] && run 03_kernels_mlp.py $s03 $mode
+    [ "$gpu" = 1 ] && run 03_fused_mlp.py $s03 $mode
     run 04_a_naive_attention.py $s04 $mode
     run 04_b_inplace_ops_attention.py $s04 $mode
 done

@@ -1,0 +1,131 @@
+"""Run 03_fused_mlp.py's kernels through Triton's interpreter and print what was seen as JSON.
+
+Started by tests/test_fused_mlp.py in a subprocess with TRITON_INTERPRET=1 (Triton reads it
+when it is imported, so it cannot be switched on inside the test process). Everything that
+needs the interpreter happens in this one process, because starting one costs seconds:
+
+    TRITON_INTERPRET=1 python tests/interpret_fused_mlp.py TRACES_DIR
+
+Without TRITON_INTERPRET, on a CUDA GPU, the same kernel and module checks run compiled, the
+module under Inductor (torch.compile's default), and the JSON is printed the same way:
+
+    python tests/interpret_fused_mlp.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from common import check, cli  # noqa: E402
+from tests.helpers import load_script  # noqa: E402
+
+lesson = load_script("03_fused_mlp")
+Config = lesson.Config
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DEVICE = "cpu" if lesson.INTERPRETING else "cuda"
+
+# Small tiles, so that odd shapes take several row blocks, column blocks and K steps, and the
+# persistent grid (3 programs on the interpreter) loops over more tiles than it has programs.
+SMALL = {
+    "plain": Config("plain", 16, 64, 16, stages=2, warps=4),
+    "hopper": Config("hopper", 16, 64, 16, stages=2, warps=4),
+    "hopper-not-persistent": Config(
+        "hopper", 16, 64, 16, stages=2, warps=4, persistent=False, flatten=False
+    ),
+}
+
+
+def kernel_case(path: str, dtype: str, config: Config, m: int, dim: int, hidden: int) -> dict:
+    torch.manual_seed(m * 1000 + dim + hidden)
+    dt = DTYPES[dtype]
+    x = torch.randn(m, dim).to(DEVICE, dt)
+    gate = (torch.randn(hidden, dim) / dim**0.5).to(DEVICE, dt)
+    up = torch.randn(hidden, dim).to(DEVICE, dt)
+    packed = lesson.pack_gate_up(gate, up, config.block_n // 2)
+    out = lesson.launch(x, packed, hidden, config)
+    ref = F.gelu(x.float() @ gate.float().T, approximate="tanh") * (x.float() @ up.float().T)
+    return {
+        "case": f"{path} {dtype} M={m} dim={dim} hidden={hidden} {config.describe()}",
+        "shape_ok": list(out.shape) == [m, hidden] and out.dtype == dt,
+        "error": check.relative_error(out, ref),
+        "tolerance": check.TOLERANCE[dt],
+    }
+
+
+def kernel_cases() -> list[dict]:
+    results = []
+    for dtype in ("bf16", "fp16", "fp32"):
+        paths = ["plain"] if dtype == "fp32" else ["plain", "hopper"]
+        for path in paths:
+            default = lesson.CONFIGS["plain-fp32" if path == "plain" and dtype == "fp32" else path]
+            for m in (37, 1):
+                results.append(kernel_case(path, dtype, default, m, 48, 80))
+            results.append(kernel_case(path, dtype, SMALL[path], 37, 48, 80))
+    results.append(kernel_case("hopper", "bf16", SMALL["hopper-not-persistent"], 37, 48, 80))
+    return results
+
+
+def module_cases() -> list[dict]:
+    """The whole forward through the custom op, eager and under torch.compile, against the
+    lesson's float32 reference. Interpreted, torch.compile runs Dynamo alone (backend="eager"):
+    Inductor would trace into an interpreted kernel, which cannot run on the fake tensors that
+    tracing uses. On a GPU it is torch.compile's default, Inductor."""
+    backend = "eager" if lesson.INTERPRETING else "inductor"
+    results = []
+    for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32"), ("fp16", "hopper")):
+        dt = DTYPES[dtype]
+        torch.manual_seed(0)
+        mlp = lesson.simple_mlp.SimpleGeGLUMLP(48, 80).to(DEVICE, dt).eval()
+        fused = lesson.FusedGeGLUMLP(mlp, config).eval()
+        x = torch.randn(2, 5, 48, dtype=dt).to(DEVICE)
+        ref = lesson.reference(x, mlp)
+        torch._dynamo.reset()
+        compiled = torch.compile(fused, fullgraph=True, backend=backend)
+        with torch.no_grad():
+            eager_err = check.relative_error(fused(x), ref)
+            compiled_err = check.relative_error(compiled(x), ref)
+            explained = torch._dynamo.explain(fused)(x)
+        results.append(
+            {
+                "case": f"module {dtype} {config} {backend}",
+                "eager_error": eager_err,
+                "compiled_error": compiled_err,
+                "tolerance": check.TOLERANCE[dt],
+                "graph_breaks": explained.graph_break_count,
+                "graphs": explained.graph_count,
+                "ops": [str(n.target) for g in explained.graphs for n in g.graph.nodes],
+            }
+        )
+    return results
+
+
+def lesson_runs(traces_dir: str) -> list[dict]:
+    runs = []
+    small = ["--batch", "2", "--seq", "3", "--dim", "16", "--hidden", "32"]
+    for extra in ([], ["--kernel", "hopper"]):
+        argv = [*small, *extra, "--traces-dir", traces_dir, "--device", "cpu"]
+        runs.append({"argv": argv, "rc": cli.run_main(lesson.main, argv)})
+    return runs
+
+
+def main() -> int:
+    if not lesson.INTERPRETING and not torch.cuda.is_available():
+        print("error: run with TRITON_INTERPRET=1, or on a CUDA GPU", file=sys.stderr)
+        return 2
+    report = {"kernels": kernel_cases(), "modules": module_cases()}
+    if lesson.INTERPRETING:
+        report["lesson_runs"] = lesson_runs(sys.argv[1])
+    print("JSON " + json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

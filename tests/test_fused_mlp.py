@@ -1,0 +1,202 @@
+"""03_fused_mlp.py on a CPU: its Triton kernels for real, through Triton's interpreter (odd shapes,
+every dtype, both paths, against the float32 reference at the project's tolerances); the custom
+op under torch.compile with no graph break; the lesson end to end; the packing, the traffic
+model, the declared expectation; bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from common import traffic
+from common.kernel_names import classify
+from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
+
+SCRIPT = "03_fused_mlp"
+OP = "profiling_pytorch::fused_gate_up_geglu"
+
+
+@pytest.fixture(scope="module")
+def interpreted(tmp_path_factory):
+    """One interpreter process for every check that runs a kernel (tests/interpret_fused_mlp.py)."""
+    traces = tmp_path_factory.mktemp("interpreted")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "interpret_fused_mlp.py"), str(traces)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("JSON "))
+    return json.loads(line.removeprefix("JSON ")), traces, proc.stdout
+
+
+def test_kernels_match_the_float32_reference_on_odd_shapes_in_every_dtype(interpreted):
+    report, _, _ = interpreted
+    cases = report["kernels"]
+    # bf16 and fp16 on both paths, fp32 on the plain one; M = 37 and M = 1; default and small
+    # tiles (several row blocks, column blocks and K steps; a persistent grid that loops).
+    assert len(cases) == 16
+    for case in cases:
+        assert case["shape_ok"], case
+        assert case["error"] <= case["tolerance"], case
+    fp32 = [c for c in cases if " fp32 " in c["case"]]
+    assert fp32 and all(c["error"] < 1e-5 for c in fp32)  # IEEE float32 dot, not tf32
+
+
+def test_module_under_torch_compile_has_no_graph_break(interpreted):
+    report, _, _ = interpreted
+    for case in report["modules"]:
+        assert case["eager_error"] <= case["tolerance"], case
+        assert case["compiled_error"] <= case["tolerance"], case
+        assert case["graph_breaks"] == 0 and case["graphs"] == 1, case
+        # Dynamo recorded the custom op itself (a call, not a break), then down as F.linear.
+        assert "profiling_pytorch.fused_gate_up_geglu" in case["ops"], case["ops"]
+
+
+def test_lesson_runs_end_to_end_under_the_interpreter(interpreted):
+    report, traces, stdout = interpreted
+    assert [run["rc"] for run in report["lesson_runs"]] == [0, 0]
+    folder = traces / SCRIPT
+    for kernel in ("plain", "hopper"):
+        trace = folder / f"b2_s3_d16_h32_bf16_{kernel}_eager_cpu.json"
+        assert trace.is_file() and trace.with_suffix(".txt").is_file()
+        events = read_trace(trace)
+        recorded = steps(events)
+        assert [s["name"] for s in recorded] == [f"ProfilerStep#{i}" for i in (2, 3, 4)]
+        for step in recorded:
+            names = [e["name"] for e in inside(step, events)]
+            assert "fused_mlp_fwd" in names and OP in names and "aten::mm" in names
+            assert "aten::gelu" not in names and "aten::mul" not in names
+    assert "correctness: relative error" in stdout and "all as expected" in stdout
+    assert "(interpreted)" in stdout
+
+
+def test_kernel_names_are_classed_as_hand_written_triton():
+    lesson = load_script(SCRIPT)
+    for kernel in (lesson.fused_gate_up_geglu_kernel, lesson.fused_gate_up_geglu_tma_kernel):
+        name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
+        assert classify(name).cls == "triton"
+        assert classify(f"{name}_0").cls == "triton"  # as Inductor's wrapper names its call
+    assert lesson.EXPECT["eager"].gpu == {"gemm": 1, "triton": 1, "elementwise": 0, "inductor": 0}
+    assert lesson.EXPECT["compile"].gpu == lesson.EXPECT["eager"].gpu
+
+
+def test_traffic_model_has_no_g_or_u_in_hbm():
+    tokens, dim, hidden, bf16 = 64 * 128, 768, 3072, 2
+    fused, down = load_script(SCRIPT).traffic_model(tokens, dim, hidden, bf16)
+    # reads x [8192, 768] once, gate and up [3072, 768] once each, writes m [8192, 3072] once
+    assert fused.bytes == (tokens * dim + 2 * hidden * dim + tokens * hidden) * bf16
+    assert fused.bytes == 72_351_744
+    assert fused.flops == 2 * 2 * tokens * dim * hidden
+    assert down.bytes == (tokens * hidden + hidden * dim + tokens * dim) * bf16  # as before
+    assert down.cls == "gemm" and fused.cls == "elementwise"  # bench matches it to "triton"
+    simple = load_script("03_simple_mlp").traffic_model(tokens, dim, hidden, bf16, fused=True)
+    # Against the compiled simple MLP: g and u are neither written nor read back (4 passes
+    # over [tokens, hidden]) and x is read once instead of twice.
+    saved = traffic.total(simple)[1] - traffic.total([fused, down])[1]
+    assert saved == (4 * tokens * hidden + tokens * dim) * bf16
+    assert traffic.total(simple)[0] == traffic.total([fused, down])[0]
+
+
+def test_packing_pairs_gate_and_up_rows_per_tile_and_pads_with_zeros():
+    lesson = load_script(SCRIPT)
+    hidden, dim, half = 5, 3, 2
+    gate = torch.arange(hidden * dim, dtype=torch.float32).view(hidden, dim) + 1
+    up = -gate
+    packed = lesson.pack_gate_up(gate, up, half)
+    assert packed.shape == (2 * 6, dim) and packed.is_contiguous()  # hidden padded to 6
+    blocks = packed.view(3, 2, half, dim)  # [tile, gate|up, row, dim]
+    assert torch.equal(blocks[:, 0].reshape(6, dim)[:hidden], gate)
+    assert torch.equal(blocks[:, 1].reshape(6, dim)[:hidden], up)
+    assert not blocks[-1, :, -1].any()  # the padding row, in both halves
+
+
+def test_same_weights_as_the_simple_mlp_for_the_same_seed():
+    lesson, simple = load_script(SCRIPT), load_script("03_simple_mlp")
+    torch.manual_seed(3)
+    a = lesson.simple_mlp.SimpleGeGLUMLP(8, 16)
+    torch.manual_seed(3)
+    b = simple.SimpleGeGLUMLP(8, 16)
+    for key, value in a.state_dict().items():
+        assert torch.equal(value, b.state_dict()[key])
+
+
+def test_zero_size_is_one_line_exit_2_nothing_written(tmp_path, capsys):
+    rc = run_script(SCRIPT, "--hidden", "0", "--traces-dir", str(tmp_path))
+    err = capsys.readouterr().err
+    assert rc == 2 and "--hidden: must be greater than 0" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def test_cpu_without_the_interpreter_says_it_needs_a_gpu(tmp_path, capsys):
+    lesson = load_script(SCRIPT)
+    if lesson.INTERPRETING:
+        pytest.skip("TRITON_INTERPRET=1 is set for the whole test run")
+    assert run_script(SCRIPT, "--traces-dir", str(tmp_path)) == 2
+    captured = capsys.readouterr()
+    assert "needs a CUDA GPU" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert captured.out == ""
+    assert not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--compile"], "--compile needs a GPU here"),
+        (["--kernel", "hopper", "--dtype", "fp32"], "fp32 takes the plain path"),
+        (["--kernel", "hopper", "--dim", "12"], "multiples of 8 in bf16"),
+    ],
+)
+def test_refusals_under_the_interpreter(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(load_script(SCRIPT), "INTERPRETING", True)  # no kernel runs here
+    assert run_script(SCRIPT, *argv, "--traces-dir", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def load_tuner():
+    spec = importlib.util.spec_from_file_location(
+        "tune_fused_mlp", ROOT / "tools" / "tune_fused_mlp.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tuner_candidates_are_distinct_and_print_as_pasteable_code():
+    tuner = load_tuner()
+    for quick in (False, True):
+        candidates = tuner.hopper_candidates(quick) + tuner.plain_candidates(quick)
+        assert len(set(candidates)) == len(candidates)
+        for cfg in candidates:
+            assert cfg.path in ("hopper", "plain") and cfg.block_n % 32 == 0
+            assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+    lesson = load_script(SCRIPT)
+    assert tuner.as_code(lesson.CONFIGS["hopper"]) == (
+        'Config("hopper", 128, 256, 64, stages=3, warps=8)'
+    )
+
+
+def test_tuner_on_a_cpu_says_it_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = subprocess.run(
+        [sys.executable, "tools/tune_fused_mlp.py", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stderr == "error: needs a CUDA GPU\n"
