@@ -8,8 +8,6 @@ device name and torch version, so repeated runs do not pay for them.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from common import jsoncache
 from common.timing import time_gpu
 
 COPY_BYTES = 1 << 30  # 1 GiB: many times the 50-60 MB L2 of an H100/H200
@@ -38,8 +37,7 @@ class Ceilings:
 
 
 def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "profiling-pytorch" / "ceilings.json"
+    return jsoncache.path("ceilings.json")
 
 
 def device_key(device: torch.device) -> str:
@@ -71,12 +69,7 @@ def get(
 ) -> tuple[Ceilings, bool]:
     """Cached ceilings for `key`, measuring (and caching) them if absent; (ceilings, cached?)."""
     path = path or cache_path()
-    try:
-        cache = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    if not isinstance(cache, dict):
-        cache = {}  # valid JSON but not ours (a list, a number): start over
+    cache = jsoncache.load(path)
     if not fresh and key in cache:
         try:
             found = Ceilings(**cache[key])
@@ -86,11 +79,5 @@ def get(
             pass  # an older or damaged entry: measure again
     ceilings = measure_fn()
     cache[key] = asdict(ceilings)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(cache, indent=2))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache costs a re-measure next time, nothing more
+    jsoncache.save(path, cache)
     return ceilings, False

@@ -13,7 +13,6 @@ and exit code 2; single malformed events are skipped and reported as a health pr
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from common import findings, footprint
-from common.commandline import Parser
+from common.commandline import Parser, non_negative_int
 from common.trace_reader import Step, Trace, TraceError, load, silent_ops
 
 NAME_WIDTH = 70
@@ -188,13 +187,7 @@ def load_or_exit(path: str) -> Trace:
 
 
 def _max_ops(text: str) -> int | None:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value or None
+    return non_negative_int(text) or None  # 0: no cap
 
 
 def main(argv: Sequence[str] | None = None) -> int:

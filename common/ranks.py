@@ -50,6 +50,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common import jsoncache
 from common.trace_reader import GpuItem, Step, Trace, TraceError, load
 
 RANK_FILE = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?P<gz>\.gz)?$")
@@ -225,16 +226,7 @@ def _gpu_step(step: Step, base: float) -> RankStep:
     rest_union = _measure([(i.ts, i.ts + i.dur) for i in rest])
     collectives = []
     for item in comm:
-        size = collective_bytes(item)
-        collectives.append(
-            Collective(
-                item.name,
-                base + item.ts,
-                item.dur,
-                size[0] if size else None,
-                size[1] if size else "",
-            )
-        )
+        collectives.append(_collective(item.name, base + item.ts, item.dur, collective_bytes(item)))
     return RankStep(
         name=step.name,
         ts=base + step.ts,
@@ -246,6 +238,11 @@ def _gpu_step(step: Step, base: float) -> RankStep:
     )
 
 
+def _collective(name: str, ts: float, dur: float, size: tuple[int, str] | None) -> Collective:
+    """A collective with its message size (bytes, what it was read from) when known."""
+    return Collective(name, ts, dur, size[0] if size else None, size[1] if size else "")
+
+
 def _cpu_step(step: Step, base: float) -> RankStep:
     ops = [op for op in step.cpu_ops if COLLECTIVE_OP.match(op.name)]
     comm = _length(_measure([(op.ts, op.end) for op in ops]))
@@ -255,16 +252,7 @@ def _cpu_step(step: Step, base: float) -> RankStep:
     for op in ops:
         outer = op.parent is None or not COLLECTIVE_OP.match(op.parent.name)
         if outer and "wait" not in op.name:
-            size = _op_bytes(op)
-            collectives.append(
-                Collective(
-                    op.name,
-                    base + op.ts,
-                    op.dur,
-                    size[0] if size else None,
-                    size[1] if size else "",
-                )
-            )
+            collectives.append(_collective(op.name, base + op.ts, op.dur, _op_bytes(op)))
     return RankStep(
         name=step.name,
         ts=base + step.ts,
@@ -455,8 +443,7 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
 
 
 def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "profiling-pytorch" / "links.json"
+    return jsoncache.path("links.json")
 
 
 def link_key(device: str, backend: str, world: int) -> str:
@@ -464,11 +451,7 @@ def link_key(device: str, backend: str, world: int) -> str:
 
 
 def _links() -> dict:
-    try:
-        cache = json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return cache if isinstance(cache, dict) else {}
+    return jsoncache.load(cache_path())
 
 
 def cached_link(key: str) -> dict | None:
@@ -486,14 +469,7 @@ def store_link(key: str, bus_bytes_per_s: float, measured: str) -> None:
     """Cache a measured link (written whole, then renamed: a reader never sees half)."""
     cache = _links()
     cache[key] = {"bus_bytes_per_s": bus_bytes_per_s, "measured": measured}
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(cache, indent=2))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache costs a re-measure next time, nothing more
+    jsoncache.save(cache_path(), cache)
 
 
 def measured_stamp(what: str) -> str:

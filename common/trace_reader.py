@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from common import footprint
 from common.kernel_names import KernelClass, classify
 
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -61,17 +62,7 @@ META_KEYS = frozenset(
     }
 )
 CPU_ARGS = ("Input Dims", "Input type")  # what compare reads; strides and values are dropped
-KERNEL_ARGS = (
-    "grid",
-    "block",
-    "registers per thread",
-    "shared memory",
-    "blocks per SM",
-    "warps per SM",
-    "est. achieved occupancy %",
-    "device",
-    "stream",
-)
+KERNEL_ARGS = (*footprint.FIELDS, "device", "stream")
 COPY_ARGS = ("bytes", "device", "stream")
 # Sane bounds in microseconds: a ts beyond ~3000 years or a dur beyond ~115 days is damage,
 # and bounding them keeps every sum and mean finite (no NaN/Infinity can reach --json).
