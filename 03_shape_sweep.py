@@ -1,9 +1,13 @@
-"""Beyond the posts: does torch.compile really re-specialize per shape while Liger does not?
+"""Beyond the posts: does torch.compile really re-specialize per shape while Liger does not? And
+at small batches, is it fusion that loses, or the launches around it?
 
 Part 2 closes on a claim it never measures: Inductor's fused GeGLU kernel is fast because it
 was generated for one shape, so changing batch, sequence or hidden size costs a recompile,
 while Liger's hand-written kernel runs any shape as it is. This sweep runs the GeGLU MLP of
 03_simple_mlp.py over a list of shapes and counts, from Dynamo's own counters, what compiles.
+Two more variants pull apart the two things a fused forward removes: kernel launches (the same
+kernels replayed from a CUDA graph) and HBM traffic (gate, up and the GeGLU in one GEMM).
+Every variant is built from the same seed: the same weights, the same inputs at each shape.
 
 Guess first:
   eager            no compiles; GeLU and mul stay two kernels at every shape.
@@ -16,18 +20,37 @@ Guess first:
   mark-dynamic     torch._dynamo.mark_dynamic on the batch and seq dims: the same, opted in per
                    input rather than for the whole function.
   liger            no compiles at all (GPU only).
+  fused            03_fused_mlp.py's module (GPU only): gate, up and the GeGLU in one Triton
+                   GEMM, down by cuBLAS; two kernels, no compile, no Dynamo. Large shapes: the
+                   lowest GPU time, its one kernel taking about what cuBLAS takes for gate and
+                   up alone (the "gate/up+GeGLU us" column): no GeGLU kernel, and g and u never
+                   reach HBM. Small shapes: host-bound like the rest, but with eager's dispatch
+                   (a custom op and Triton's launcher, two launches), not a compiled wrapper's:
+                   it should not lose to eager where compile and Liger do. If it does, fusion
+                   itself loses at small batches; if not, what lost there was the wrapper.
+  cuda-graph       torch.compile(mode="reduce-overhead") (GPU only): compile's kernels and
+                   compiles, replayed from a CUDA graph: one graph launch (plus a copy of x into
+                   the graph's static input) instead of one launch per kernel. Small shapes: the
+                   host time falls far below compile's (Dynamo's guards remain), the queued time
+                   toward the GPU time: faster than eager. Large shapes: compile's GPU time plus
+                   the input copy; launches cost nothing there.
+  So cuda-graph against compile is what removing launches buys (same kernels, same traffic),
+  and fused against compile what removing HBM traffic buys (fewer bytes, one kernel fewer).
 
     uv run 03_shape_sweep.py
     uv run 03_shape_sweep.py --shapes 8x128,32x128,64x256 --variants eager,compile,liger
+    uv run 03_shape_sweep.py --shapes 8x128,64x128 --variants eager,compile,cuda-graph,fused
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
@@ -37,8 +60,34 @@ from common import check, cli, outputs, profiling, sweep_report, timing
 from common.kernel_names import classify
 
 SCRIPT = "03_shape_sweep"
-VARIANTS = ("eager", "compile", "compile-static", "compile-dynamic", "mark-dynamic", "liger")
+VARIANTS = (
+    "eager",
+    "compile",
+    "compile-static",
+    "compile-dynamic",
+    "mark-dynamic",
+    "liger",
+    "fused",
+    "cuda-graph",
+)
+GPU_ONLY = {  # variant -> why it needs a CUDA GPU
+    "liger": "Liger's kernel is Triton",
+    "fused": "03_fused_mlp.py's kernel is Triton",
+    "cuda-graph": "CUDA graphs record and replay GPU launches",
+}
+COMPILED = ("compile", "compile-static", "compile-dynamic", "mark-dynamic", "cuda-graph")
+GRAPHED = ("cuda-graph",)  # replayed from CUDA graphs (Inductor's cudagraph trees)
+# CUDA graph trees run a function's first call at a new shape eagerly (a warm-up), record the
+# graph on the next one and replay it from then on: calls made before a shape's checked call.
+GRAPH_RECORDING_CALLS = 2
 GEGLU_CLASSES = ("elementwise", "inductor", "triton")  # the non-GEMM kernels between the GEMMs
+# 03_fused_mlp.py's kernels (fused_gate_up_geglu_kernel, fused_gate_up_geglu_tma_kernel): the
+# gate/up GEMM with the GeGLU in its epilogue. Class "triton" by name, a GEMM by what it does.
+FUSED_KERNEL = "fused_gate_up_geglu"
+# The host's calls that queue GPU work: kernel launches (runtime and driver API), memcpys and
+# memsets, and CUDA graph launches (one for all of a graph's kernels).
+LAUNCH_CALL = re.compile(r"^cu(da)?(Launch|GraphLaunch|Memcpy\w*Async|Memset\w*Async)")
+GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
 
 
 @dataclass
@@ -50,15 +99,20 @@ class Row:
     compiles: int  # graphs Dynamo compiled during this shape's first call
     compile_s: float  # Dynamo's own compile time for them (_compile.compile_inner)
     limit_hit: bool  # Dynamo refused to recompile: the recompile limit
-    ran_compiled: bool | None  # a Torch-Compiled Region ran (None for eager and liger)
+    ran_compiled: bool | None  # a Torch-Compiled Region ran (None for eager, liger, fused)
     queued_us: float  # per call, calls queued back to back (GPU: CUDA events; CPU: host clock)
     p20_us: float
     p80_us: float
     host_us: float | None  # host time to issue one call (GPU only)
     gpu_us: float | None  # GPU time of all the forward's kernels (profiled, GPU only)
     kernels: int  # kernels per forward (GPU only; 0 on a CPU)
-    geglu_us: float | None  # GPU time of the kernels between the GEMMs (None on a CPU)
+    launches: int | None  # the host's launch calls per forward, a graph launch counts one
+    replayed: bool | None  # cuda-graph: a CUDA graph launch was seen (None for the others)
+    geglu_us: float | None  # GPU time of the GeGLU kernels between the GEMMs (None on a CPU,
+    # and for fused, whose GeGLU is the gate/up GEMM's epilogue: no kernel of its own)
     geglu_kernels: int
+    gate_up_geglu_us: float | None  # GPU time from the gate GEMM to the down GEMM, excluded:
+    # gate, up and the GeGLU, comparable across every variant (None on a CPU)
     rel_err: float
 
 
@@ -107,7 +161,7 @@ def parse(argv):
         type=parse_variants,
         default=None,
         help=f"comma-separated, from {', '.join(VARIANTS)} (default: all; "
-        "liger is skipped without a GPU)",
+        f"{', '.join(GPU_ONLY)} are skipped without a GPU)",
     )
     parser.add_argument(
         "--recompile-limit",
@@ -159,11 +213,77 @@ def gpu_work(events) -> list:
     ]
 
 
-def profile_calls(fn, x, run) -> tuple[bool, float | None, int, float | None, int]:
-    """Profile a few calls: did a compiled region run; per forward, the GPU time of all its
-    kernels and how many there were, and the same for the GeGLU kernels between the GEMMs.
+@dataclass(frozen=True)
+class Forward:
+    """What one forward ran on the GPU, averaged over the profiled calls."""
 
-    Kernel durations come from CUPTI, so they are GPU time alone, whatever the host did."""
+    gpu_us: float  # all its GPU work
+    kernels: int
+    launches: int  # the host's calls that queued it (LAUNCH_CALL)
+    graph_launches: int
+    geglu_us: float | None  # the GeGLU's own kernels; None for the fused kernel (no such kernel)
+    geglu_kernels: int
+    gate_up_geglu_us: float | None  # gate GEMM to down GEMM; None where calls are not told apart
+
+
+def role(name: str) -> str:
+    """A GPU item's part in the forward: "gemm" (one GEMM), "joins" (a split-K reduce, the
+    second kernel of the GEMM before it), "fused" (gate/up GEMM + GeGLU), "geglu" (a kernel of
+    GEGLU_CLASSES), "other" (memcpys, memsets, ATen copies such as a CUDA graph's input copy)."""
+    if FUSED_KERNEL in name:
+        return "fused"
+    kind = classify(name)
+    if kind.cls == "gemm":
+        return "joins" if kind.joins_previous else "gemm"
+    return "geglu" if kind.cls in GEGLU_CLASSES else "other"
+
+
+def read_forward(events, calls: int) -> Forward:
+    """The profiler's events of `calls` forwards, one after another, read per forward.
+
+    Every variant's forward ends with the down GEMM, and starts its matrix work with the gate
+    GEMM (with up, or the fused kernel that does both): so the GEMMs (the fused kernel counted
+    as one) come in groups of the same size per call, the last of each group is down, and
+    what runs from a group's first GEMM up to its down GEMM is gate, up and the GeGLU. The
+    GeGLU kernels are the GEGLU_CLASSES kernels in that span (never a copy before it, such
+    as a CUDA graph's input copy). Where the GEMMs do not split evenly into calls, the
+    GeGLU time falls back to every GEGLU_CLASSES kernel and the gate/up+GeGLU time is None."""
+    work = sorted(gpu_work(events), key=lambda e: e.time_range.start)
+    roles = [role(e.name) for e in work]
+    host = [e.name for e in events if e.device_type != torch.autograd.DeviceType.CUDA]
+
+    def per_call(items) -> float:
+        return sum(e.time_range.elapsed_us() for e in items) / calls
+
+    gemms = [i for i, r in enumerate(roles) if r in ("gemm", "fused")]
+    size, left = divmod(len(gemms), calls)
+    if left or size < 2:
+        front = None
+        geglu = [e for e, r in zip(work, roles, strict=True) if r == "geglu"]
+    else:
+        front, geglu = [], []
+        for call in range(calls):
+            first, down = gemms[call * size], gemms[call * size + size - 1]
+            span = list(zip(work[first:down], roles[first:down], strict=True))
+            front += [e for e, r in span if r != "other"]
+            geglu += [e for e, r in span if r == "geglu"]
+    fused = "fused" in roles
+    return Forward(
+        gpu_us=per_call(work),
+        kernels=round(len(work) / calls),
+        launches=round(sum(bool(LAUNCH_CALL.match(n)) for n in host) / calls),
+        graph_launches=round(sum(bool(GRAPH_LAUNCH.match(n)) for n in host) / calls),
+        geglu_us=None if fused else per_call(geglu),
+        geglu_kernels=round(len(geglu) / calls),
+        gate_up_geglu_us=None if front is None else per_call(front),
+    )
+
+
+def profile_calls(fn, x, run) -> tuple[bool, Forward | None]:
+    """Profile a few calls: did a compiled region run; on a GPU, what each forward ran.
+
+    Kernel durations come from CUPTI, so they are GPU time alone, whatever the host did; a
+    CUDA graph's kernels are recorded as any others when it is replayed."""
     activities = profiling.activities(run)
     with profile(activities=activities, acc_events=True) as prof:  # acc_events: no warning
         for _ in range(PROFILED_CALLS):
@@ -171,36 +291,19 @@ def profile_calls(fn, x, run) -> tuple[bool, float | None, int, float | None, in
         profiling.synchronize(run)
     events = prof.events()
     ran_compiled = any(e.name.startswith("Torch-Compiled Region") for e in events)
-    if not run.on_gpu:
-        return ran_compiled, None, 0, None, 0
-    kernels = gpu_work(events)
-    geglu = [e for e in kernels if classify(e.name).cls in GEGLU_CLASSES]
-
-    def per_call(items):
-        return sum(e.time_range.elapsed_us() for e in items) / PROFILED_CALLS
-
-    return (
-        ran_compiled,
-        per_call(kernels),
-        round(len(kernels) / PROFILED_CALLS),
-        per_call(geglu),
-        round(len(geglu) / PROFILED_CALLS),
-    )
+    return ran_compiled, read_forward(events, PROFILED_CALLS) if run.on_gpu else None
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
-    if args.variants and "liger" in args.variants and not run.on_gpu:
-        raise cli.UsageError("the liger variant needs a CUDA GPU (Liger's kernel is Triton)")
-    variants = args.variants or [v for v in VARIANTS if run.on_gpu or v != "liger"]
-    if len(variants) < len(VARIANTS) and not args.variants:
-        print("note: no CUDA GPU: the liger variant is skipped")
+    variants = choose_variants(args.variants, run.on_gpu)
     shapes = [(b, s, args.hidden) for b, s in args.shapes]
     if args.hidden_change:
         shapes.append((*args.shapes[-1], args.hidden_change))
     biggest = max(b * s * max(h, args.hidden) for b, s, h in shapes)
-    cli.ensure_fits(biggest * 6 * 4 + 3 * args.dim * max(h for *_, h in shapes) * 4, run)
+    weights = (5 if "fused" in variants else 3) * args.dim * max(h for *_, h in shapes) * 4
+    cli.ensure_fits(biggest * 6 * 4 + weights, run)  # fused: the packed gate/up weight too
     tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
     folder = outputs.writable_folder(args.traces_dir, SCRIPT)
     limit = args.recompile_limit or torch._dynamo.config.recompile_limit
@@ -235,30 +338,80 @@ def main(argv=None) -> int:
     return 0
 
 
+def choose_variants(chosen: list[str] | None, on_gpu: bool) -> list[str]:
+    """The variants to run: those asked for, refused in one line where one needs a GPU that is
+    not there; by default all, the GPU-only ones skipped with a note on a CPU."""
+    if on_gpu:
+        return chosen or list(VARIANTS)
+    if chosen:
+        refused = [v for v in chosen if v in GPU_ONLY]
+        if refused:
+            plural = len(refused) > 1
+            raise cli.UsageError(
+                f"the {_listed(refused)} variant{'s need' if plural else ' needs'} a CUDA GPU "
+                f"({'; '.join(GPU_ONLY[v] for v in refused)})"
+            )
+        return chosen
+    print(f"note: no CUDA GPU: the {_listed(GPU_ONLY)} variants are skipped (GPU only)")
+    return [v for v in VARIANTS if v not in GPU_ONLY]
+
+
+def _listed(names) -> str:
+    *rest, last = names
+    return f"{', '.join(rest)} and {last}" if rest else last
+
+
+class Lessons:
+    """The lessons the variants are built from, imported as they are (a file name that starts
+    with a digit can only be imported this way); 03_fused_mlp only when asked for, because it
+    registers its custom op when imported."""
+
+    def __init__(self):
+        self.mlp = importlib.import_module("03_simple_mlp")  # the module, as the lesson has it
+        self.kernels = importlib.import_module("03_kernels_mlp")  # Liger's loader
+
+    @cached_property
+    def fused(self):
+        return importlib.import_module("03_fused_mlp")
+
+
 def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
     """Every variant over every shape, Dynamo reset between variants; yields one Row per pair."""
-    mlp_lesson = importlib.import_module("03_simple_mlp")  # the module, as the lesson has it
-    kernels_lesson = importlib.import_module("03_kernels_mlp")  # Liger's loader
+    lessons = Lessons()
     for variant in variants:
-        torch._dynamo.reset()  # each variant starts with an empty compile cache
+        torch._dynamo.reset()  # each variant starts with empty compile caches and CUDA graphs
         counters.clear()
         compilation_time_metrics.clear()
-        modules, forwards = {}, {}
+        modules, references, forwards = {}, {}, {}
         for batch, seq, hidden in shapes:
             if hidden not in modules:
-                modules[hidden] = build(variant, args.dim, hidden, run, mlp_lesson, kernels_lesson)
+                modules[hidden], references[hidden] = build(
+                    variant, args.dim, hidden, run, lessons, args.seed
+                )
                 forwards[hidden] = make_forward(variant, modules[hidden])
-            module, fn = modules[hidden], forwards[hidden]
-            x = torch.randn(batch, seq, args.dim, device=run.device, dtype=run.dtype)
+            fn = forwards[hidden]
+            # A generator of its own, seeded alike in every variant: the same x in each.
+            inputs = torch.Generator(run.device).manual_seed(args.seed)
+            x = torch.randn(
+                batch, seq, args.dim, generator=inputs, device=run.device, dtype=run.dtype
+            )
             if variant == "mark-dynamic":
                 torch._dynamo.mark_dynamic(x, 0)
                 torch._dynamo.mark_dynamic(x, 1)
             with torch.no_grad():
                 before = snapshot()
                 out = fn(x)
+                if variant in GRAPHED:
+                    # That call warmed up; the next records the graph, later ones replay it:
+                    # check a replay. Its output lives in the graph's memory pool, which the
+                    # next replay overwrites: keep a copy.
+                    del out
+                    for _ in range(GRAPH_RECORDING_CALLS):
+                        fn(x)
+                    out = fn(x).clone()
                 profiling.synchronize(run)
                 graphs, seconds, hits = (a - b for a, b in zip(snapshot(), before, strict=True))
-                err = check.relative_error(out, mlp_lesson.reference(x, module))
+                err = check.relative_error(out, lessons.mlp.reference(x, references[hidden]))
                 if err > check.TOLERANCE[run.dtype]:
                     raise check.MismatchError(
                         f"{variant} at {batch}x{seq}, hidden {hidden}: relative error {err:.2e}"
@@ -270,8 +423,7 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
                     host = timing.time_host(call).median_s * 1e6
                 else:
                     queued, host = timing.time_cpu(call), None
-                ran_compiled, gpu_us, n_kernels, geglu_us, n_geglu = profile_calls(fn, x, run)
-            compiled_variant = variant.startswith(("compile", "mark"))
+                ran_compiled, seen = profile_calls(fn, x, run)
             yield Row(
                 variant=variant,
                 batch=batch,
@@ -280,42 +432,63 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
                 compiles=graphs,
                 compile_s=seconds,
                 limit_hit=hits > 0,
-                ran_compiled=ran_compiled if compiled_variant else None,
+                ran_compiled=ran_compiled if variant in COMPILED else None,
                 queued_us=queued.median_s * 1e6,
                 p20_us=queued.p20_s * 1e6,
                 p80_us=queued.p80_s * 1e6,
                 host_us=host,
-                gpu_us=gpu_us,
-                kernels=n_kernels,
-                geglu_us=geglu_us,
-                geglu_kernels=n_geglu,
+                gpu_us=seen.gpu_us if seen else None,
+                kernels=seen.kernels if seen else 0,
+                launches=seen.launches if seen else None,
+                replayed=bool(seen.graph_launches) if seen and variant in GRAPHED else None,
+                geglu_us=seen.geglu_us if seen else None,
+                geglu_kernels=seen.geglu_kernels if seen else 0,
+                gate_up_geglu_us=seen.gate_up_geglu_us if seen else None,
                 rel_err=err,
             )
 
 
-def build(variant: str, dim: int, hidden: int, run, mlp_lesson, kernels_lesson) -> torch.nn.Module:
+def build(
+    variant: str, dim: int, hidden: int, run, lessons, seed: int
+) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The variant's module and the module its output is checked against (float32 reference).
+
+    Seeded here, so that every variant gets the same weights for the same seed: Liger's module
+    creates gate, up and down in 03_simple_mlp.py's order, and the fused module packs the very
+    weights of a SimpleGeGLUMLP built from the seed (and is checked against that module)."""
+    torch.manual_seed(seed)
     if variant == "liger":
         from common import kernel_source
 
-        layers, source = kernel_source.liger_layers(
-            kernels_lesson.fetch_liger_layers, kernels_lesson.REPO_ID
-        )
+        kernels = lessons.kernels
+        layers, source = kernel_source.liger_layers(kernels.fetch_liger_layers, kernels.REPO_ID)
         print(f"kernels: {source}")
-        config = kernels_lesson.GeGLUConfig(hidden_size=dim, intermediate_size=hidden)
-        module = layers.LigerGEGLUMLP(config)
-    else:
-        module = mlp_lesson.SimpleGeGLUMLP(dim, hidden)
-    return module.to(run.device, run.dtype).eval()
+        config = kernels.GeGLUConfig(hidden_size=dim, intermediate_size=hidden)
+        module = layers.LigerGEGLUMLP(config).to(run.device, run.dtype).eval()
+        return module, module
+    mlp = lessons.mlp.SimpleGeGLUMLP(dim, hidden).to(run.device, run.dtype).eval()
+    if variant == "fused":
+        fused = lessons.fused
+        # The lesson's own choice: Hopper's TMA kernel on compute capability 9.x (bf16, fp16),
+        # else the plain one; its fixed configuration for that path and dtype.
+        kernel = fused.choose_kernel("auto", run, dim, hidden)
+        module = fused.FusedGeGLUMLP(mlp, fused.config_name(kernel, run)).eval()
+        print(f"fused kernel (hidden {hidden}): {fused.CONFIGS[module.config].describe()}")
+        return module, mlp
+    return mlp, mlp
 
 
 def make_forward(variant: str, module: torch.nn.Module):
-    if variant in ("eager", "liger"):
+    if variant in ("eager", "liger", "fused"):
         return module
     options = {
         "compile": {},
         "mark-dynamic": {},
         "compile-static": {"dynamic": False},
         "compile-dynamic": {"dynamic": True},
+        # Inductor's CUDA graphs (cudagraph trees): it copies each input into a static buffer
+        # before the replay, since a graph reads fixed addresses; compile's shape policy.
+        "cuda-graph": {"mode": "reduce-overhead"},
     }[variant]
     return torch.compile(module, **options)
 

@@ -3,7 +3,10 @@ end the table and a PNG plot.
 
 Three times per row, because at small shapes they disagree: the GPU time of the forward's
 kernels (profiled), the host's time to issue one call, and the per-call time of calls queued
-back to back, which is the larger of the two plus whatever gaps remain.
+back to back, which is the larger of the two plus whatever gaps remain. Beside them, the
+kernels a forward runs and the launch calls the host makes for them (a CUDA graph replays its
+kernels from one launch), and the GPU time of the part that fusion changes: gate, up and the
+GeGLU, with the GeGLU's own kernels apart where it has any.
 """
 
 from __future__ import annotations
@@ -55,6 +58,20 @@ def _us(value) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
+def _launches(row) -> str:
+    if row.launches is None:
+        return "-"
+    return f"{row.launches} (graph)" if row.replayed else str(row.launches)
+
+
+def _geglu(row) -> str:
+    """The GeGLU kernels' time; "in GEMM" where the GeGLU is a GEMM's epilogue (the fused
+    kernel: no kernel of its own, its time is in gate/up+GeGLU)."""
+    if row.geglu_us is None and row.gpu_us is not None:
+        return "in GEMM"
+    return _us(row.geglu_us)
+
+
 def _bound(row) -> str:
     """Which side sets the queued time: the host's dispatch or the GPU's kernels."""
     if row.host_us is None or row.gpu_us is None:
@@ -65,9 +82,19 @@ def _bound(row) -> str:
 def progress(row) -> str:
     times = f"queued {row.queued_us:.1f} us"
     if row.gpu_us is not None:
+        launches = f"{row.launches} launch{'es' if row.launches != 1 else ''}"
+        if row.replayed:
+            launches += ", replayed from a CUDA graph"
+        elif row.replayed is False:
+            launches += ", NO CUDA GRAPH LAUNCHED"
+        geglu = (
+            "GeGLU in the GEMM's epilogue"
+            if row.geglu_us is None
+            else f"GeGLU kernels {row.geglu_us:.1f} us"
+        )
         times += (
-            f" (GPU {row.gpu_us:.1f} in {row.kernels} kernels, host {_us(row.host_us)}), "
-            f"GeGLU kernels {row.geglu_us:.1f} us"
+            f" (GPU {row.gpu_us:.1f} in {row.kernels} kernels from {launches}, "
+            f"host {_us(row.host_us)}), gate/up+GeGLU {_us(row.gate_up_geglu_us)} us, {geglu}"
         )
     return f"{row.variant:<15} {row.batch}x{row.seq} h{row.hidden}: {_compile_note(row)}, {times}"
 
@@ -76,7 +103,7 @@ def table(rows, *, limit: int, device: str, stopped: tuple[int, int] | None = No
     head = (
         f"{'variant':<15} {'batch x seq':>11} {'hidden':>6} {'compile':<34} "
         f"{'queued us':>9} {'p20-p80':>13} {'GPU us':>8} {'host us':>8} {'bound':>5} "
-        f"{'kernels':>7} {'GeGLU us':>8}"
+        f"{'kernels':>7} {'launches':>9} {'gate/up+GeGLU us':>16} {'GeGLU us':>8}"
     )
     lines = [f"shape sweep on {device}; Dynamo recompile_limit = {limit}", head, "-" * len(head)]
     for r in rows:
@@ -84,13 +111,27 @@ def table(rows, *, limit: int, device: str, stopped: tuple[int, int] | None = No
         lines.append(
             f"{r.variant:<15} {f'{r.batch}x{r.seq}':>11} {r.hidden:>6} {_compile_note(r):<34} "
             f"{r.queued_us:9.1f} {spread:>13} {_us(r.gpu_us):>8} {_us(r.host_us):>8} "
-            f"{_bound(r):>5} {r.kernels or '-':>7} {_us(r.geglu_us):>8}"
+            f"{_bound(r):>5} {r.kernels or '-':>7} {_launches(r):>9} "
+            f"{_us(r.gate_up_geglu_us):>16} {_geglu(r):>8}"
         )
     lines.append(
         "queued: per call with calls issued back to back (what a loop gets); GPU: the "
         "forward's kernels (profiled); host: time to issue one call. Where host > GPU the "
         "queued time is the host's, not the kernels'."
     )
+    if any(r.gpu_us is not None for r in rows):
+        lines.append(
+            "kernels: GPU work per forward, CUDA graph replays included (CUPTI records a "
+            "graph's kernels); launches: the host's launch calls per forward, a graph launch "
+            "counting one ('(graph)': the kernels are replayed from a CUDA graph, after a copy "
+            "of x into the graph's static input)."
+        )
+        lines.append(
+            "gate/up+GeGLU: the kernels from the gate GEMM up to the down GEMM, comparable "
+            "across variants; GeGLU: the kernels between the GEMMs alone. 'in GEMM': fused has "
+            "none, its GeGLU is the gate/up GEMM's epilogue and its one kernel's whole time is "
+            "in gate/up+GeGLU."
+        )
     totals: dict[str, list] = {}
     for r in rows:
         totals.setdefault(r.variant, [0, 0.0])
@@ -104,6 +145,14 @@ def table(rows, *, limit: int, device: str, stopped: tuple[int, int] | None = No
         lines.append(
             f"WARNING: {len(fell_back)} 'compiled' row(s) ran eagerly (recompile limit "
             f"{limit}); their times are eager times, not compiled ones"
+        )
+    not_replayed = [r for r in rows if r.replayed is False]
+    if not_replayed:
+        lines.append(
+            f"WARNING: {len(not_replayed)} CUDA-graph row(s) launched no CUDA graph in the "
+            "profiled calls: Inductor skipped CUDA graphs (TORCH_LOGS=perf_hints says why) and "
+            "their times are plain compiled times, or the profiler did not record the graph "
+            "launch (then 'kernels' still shows the replayed kernels)"
         )
     if stopped:
         lines.append(f"STOPPED after {stopped[0]} of {stopped[1]} rows: the rest were not measured")

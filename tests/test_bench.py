@@ -1,5 +1,6 @@
 """Measuring: the traffic model, the timing harness, the ceilings cache, --bench, and the shape
-sweep's bookkeeping (recompile counts read from Dynamo, for real, on the CPU)."""
+sweep's bookkeeping (recompile counts read from Dynamo, for real, on the CPU; its GPU-only
+variants refused on a CPU; each forward's kernels and launches read from fake profiler events)."""
 
 from __future__ import annotations
 
@@ -212,13 +213,190 @@ def test_sweep_bad_input(argv, message, tmp_path, capsys):
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
-def test_sweep_liger_needs_a_gpu(tmp_path, capsys):
+def test_sweep_variant_parsing_accepts_fused_and_cuda_graph():
+    sweep = load_script("03_shape_sweep")
+    assert sweep.parse_variants("eager, fused,cuda-graph") == ["eager", "fused", "cuda-graph"]
+    assert {"fused", "cuda-graph"} <= set(sweep.GPU_ONLY) and "cuda-graph" in sweep.COMPILED
+    # on a GPU the default is every variant, the two new ones included
+    assert sweep.choose_variants(None, on_gpu=True) == list(sweep.VARIANTS)
+    assert sweep.VARIANTS[-2:] == ("fused", "cuda-graph")
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ("liger", "the liger variant needs a CUDA GPU (Liger's kernel is Triton)"),
+        ("fused", "the fused variant needs a CUDA GPU (03_fused_mlp.py's kernel is Triton)"),
+        ("cuda-graph", "the cuda-graph variant needs a CUDA GPU (CUDA graphs record"),
+        ("eager,fused,cuda-graph", "the fused and cuda-graph variants need a CUDA GPU"),
+    ],
+)
+def test_sweep_gpu_only_variants_are_refused_on_a_cpu(variants, message, tmp_path, capsys):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert run_script("03_shape_sweep", "--variants", "liger", "--traces-dir", str(tmp_path)) == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+    argv = ["--variants", variants, "--traces-dir", str(tmp_path)]
+    assert run_script("03_shape_sweep", *argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.rglob("*"))  # not even the folder
+
+
+def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys):
+    argv = ["--shapes", "2x4", "--dim", "8", "--hidden", "16", "--hidden-change", "0"]
+    assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "note: no CUDA GPU: the liger, fused and cuda-graph variants are skipped" in out
+    rows = read_rows(tmp_path)
+    assert [r["variant"] for r in rows] == [
+        "eager",
+        "compile",
+        "compile-static",
+        "compile-dynamic",
+        "mark-dynamic",
+    ]
+    # the GPU columns stay empty on a CPU
+    assert all(r["launches"] == r["gate_up_geglu_us"] == r["replayed"] == "" for r in rows)
+
+
+def test_sweep_builds_the_fused_variant_from_the_same_weights():
+    """fused packs the weights that eager gets for the same seed, and is checked against the
+    plain module built from them (03_fused_mlp.py builds on a CPU; only its kernel needs Triton
+    on a GPU or the interpreter, and nothing here runs it)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from common import cli
+
+    sweep = load_script("03_shape_sweep")
+    fused_lesson = load_script("03_fused_mlp")
+    lessons = SimpleNamespace(mlp=load_script("03_simple_mlp"), fused=fused_lesson)
+    for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32")):
+        run = cli.Run(torch.device("cpu"), cli.DTYPES[dtype], dtype)
+        eager, eager_ref = sweep.build("eager", 16, 40, run, lessons, seed=7)
+        torch.randn(100)  # the global generator moves on; build() seeds it again
+        fused, fused_ref = sweep.build("fused", 16, 40, run, lessons, seed=7)
+        assert eager_ref is eager and fused_ref is not fused and fused.config == config
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            mine, theirs = getattr(fused_ref, name).weight, getattr(eager, name).weight
+            assert torch.equal(mine, theirs) and mine.dtype == run.dtype
+        half = fused_lesson.CONFIGS[config].block_n // 2
+        packed = fused_lesson.pack_gate_up(eager.gate_proj.weight, eager.up_proj.weight, half)
+        assert torch.equal(fused.gate_up, packed)
+        assert torch.equal(fused.down_proj.weight, eager.down_proj.weight)
+        assert sweep.make_forward("fused", fused) is fused  # run as it is, no compile
+
+
+def fake_events(per_call, calls=2, launches=(), start=0.0):
+    """Profiler events of `calls` forwards: GPU items (name, us) back to back, and per call the
+    host's runtime calls (names)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events, now = [], start
+    for _ in range(calls):
+        for name in launches:
+            events.append(SimpleNamespace(name=name, device_type=cpu, is_user_annotation=False))
+        for name, us in per_call:
+            span = SimpleNamespace(start=now, elapsed_us=lambda us=us: us)
+            events.append(
+                SimpleNamespace(
+                    name=name, device_type=cuda, is_user_annotation=False, time_range=span
+                )
+            )
+            now += us + 1.0
+    events.reverse()  # the reader orders GPU work by its start, not by the list
+    return events
+
+
+GEMM = "nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopB_TNT"
+SPLIT_K = "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16>(float const*)"
+GELU = "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>(int)"
+MUL = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>>(int)"
+INDUCTOR = "triton_poi_fused__unsafe_view_gelu_mul_0"
+GRAPH_INPUT_COPY = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::"
+    "(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::"
+    "CopyFunctor<c10::BFloat16, c10::BFloat16, 2, 1, 1>, std::identity>(int)"
+)
+
+
+def test_sweep_reads_each_forward_eager_with_split_k_gemms():
+    sweep = load_script("03_shape_sweep")
+    # gate; up and its split-K reduce; GeLU, mul; down and its reduce; a cuBLAS memset
+    per_call = [(GEMM, 50), (GEMM, 40), (SPLIT_K, 5), (GELU, 30), (MUL, 20), (GEMM, 45)]
+    per_call += [(SPLIT_K, 4), ("Memset (Device)", 1)]
+    launches = ["cudaLaunchKernel"] * 2 + ["cuLaunchKernelEx"] * 5 + ["cudaMemsetAsync"]
+    seen = sweep.read_forward(fake_events(per_call, launches=[*launches, "aten::mm"]), calls=2)
+    assert seen.kernels == 8 and seen.launches == 8 and seen.graph_launches == 0
+    assert seen.gpu_us == pytest.approx(195)
+    assert (seen.geglu_us, seen.geglu_kernels) == (50, 2)
+    assert seen.gate_up_geglu_us == 145  # gate, up (+ its reduce), GeLU, mul; not down's reduce
+
+
+def test_sweep_reads_each_forward_replayed_from_a_cuda_graph():
+    sweep = load_script("03_shape_sweep")
+    # reduce-overhead: the copy of x into the graph's static input, then compile's 4 kernels
+    per_call = [(GRAPH_INPUT_COPY, 3), (GEMM, 50), (GEMM, 40), (INDUCTOR, 35), (GEMM, 45)]
+    events = fake_events(per_call, calls=5, launches=["cudaLaunchKernel", "cudaGraphLaunch"])
+    seen = sweep.read_forward(events, calls=5)
+    assert (seen.kernels, seen.launches, seen.graph_launches) == (5, 2, 1)
+    assert (seen.geglu_us, seen.geglu_kernels) == (35, 1)  # the copy is not GeGLU work
+    assert seen.gate_up_geglu_us == 125 and seen.gpu_us == pytest.approx(173)
+
+
+@pytest.mark.parametrize("kernel", ["fused_gate_up_geglu_tma_kernel", "fused_gate_up_geglu_kernel"])
+def test_sweep_reads_the_fused_kernel_as_gate_up_and_geglu_in_one(kernel):
+    sweep = load_script("03_shape_sweep")
+    assert sweep.role(kernel) == "fused"  # a GEMM by what it does, whatever its class says
+    per_call = [(kernel, 120), (GEMM, 45)]
+    events = fake_events(per_call, calls=5, launches=["cuLaunchKernelEx", "cuLaunchKernelEx"])
+    seen = sweep.read_forward(events, calls=5)
+    assert (seen.kernels, seen.launches, seen.graph_launches) == (2, 2, 0)
+    assert seen.geglu_us is None and seen.geglu_kernels == 0  # no GeGLU kernel of its own
+    assert seen.gate_up_geglu_us == 120  # the fused kernel's whole time
+
+
+def test_sweep_reads_forwards_it_cannot_split_into_calls():
+    sweep = load_script("03_shape_sweep")
+    # 4 GEMMs over 3 calls: which is whose down GEMM is unknown; the GeGLU by class only
+    events = fake_events([(GEMM, 10), (GELU, 7)], calls=2) + fake_events([(GEMM, 10)], calls=2)
+    seen = sweep.read_forward(events, calls=3)
+    assert seen.gate_up_geglu_us is None
+    assert seen.geglu_us == pytest.approx(14 / 3) and seen.kernels == 2
+
+
+def sweep_row(variant, **fields):
+    sweep = load_script("03_shape_sweep")
+    values = dict(
+        variant=variant, batch=8, seq=128, hidden=3072, compiles=0, compile_s=0.0,
+        limit_hit=False, ran_compiled=None, queued_us=80.0, p20_us=79.0, p80_us=81.0,
+        host_us=70.0, gpu_us=40.0, kernels=5, launches=5, replayed=None, geglu_us=12.0,
+        geglu_kernels=2, gate_up_geglu_us=30.0, rel_err=1e-3,
+    )  # fmt: skip
+    return sweep.Row(**{**values, **fields})
+
+
+def test_sweep_table_reads_fused_and_cuda_graph_rows():
+    from common import sweep_report
+
+    fused = sweep_row("fused", kernels=2, launches=2, geglu_us=None, geglu_kernels=0)
+    graph = sweep_row("cuda-graph", ran_compiled=True, compiles=1, launches=2, replayed=True)
+    skipped = sweep_row("cuda-graph", batch=16, ran_compiled=True, replayed=False)
+    table = sweep_report.table([fused, graph, skipped], limit=8, device="GPU X")
+    fused_line, graph_line = table.splitlines()[3:5]
+    # kernels, launches, gate/up+GeGLU us, GeGLU us
+    assert fused_line.split()[-5:] == ["2", "2", "30.0", "in", "GEMM"]
+    assert graph_line.split()[-5:] == ["5", "2", "(graph)", "30.0", "12.0"]
+    assert "its GeGLU is the gate/up GEMM's epilogue" in table
+    assert "WARNING: 1 CUDA-graph row(s) launched no CUDA graph" in table
+    assert "GeGLU in the GEMM's epilogue" in sweep_report.progress(fused)
+    assert "2 launches, replayed from a CUDA graph" in sweep_report.progress(graph)
+    assert "NO CUDA GRAPH LAUNCHED" in sweep_report.progress(skipped)
 
 
 def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsys):
