@@ -22,8 +22,9 @@ import sys
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import bench, check, cli, outputs, profiling, traffic
-from common.expectations import Expect
+from common import check, cli, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "01_matmul_add"
 ANNOTATION = "matmul_add"

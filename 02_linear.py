@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import profile, record_function, schedule
 
-from common import bench, check, cli, outputs, profiling, traffic
-from common.expectations import Expect
+from common import check, cli, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "02_linear"
 ANNOTATION = "linear_fwd"

@@ -44,8 +44,9 @@ from torch import nn
 from torch.library import triton_op, wrap_triton
 from torch.profiler import profile, record_function, schedule
 
-from common import bench, check, cli, mlp_flags, outputs, profiling, traffic
-from common.expectations import Expect
+from common import check, cli, mlp_flags, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "03_fused_mlp"
 ANNOTATION = "fused_mlp_fwd"

@@ -24,8 +24,9 @@ import torch.nn.functional as F
 from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import bench, check, cli, kernel_source, mlp_flags, outputs, profiling, traffic
-from common.expectations import Expect
+from common import check, cli, kernel_source, mlp_flags, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "03_kernels_mlp"
 ANNOTATION = "kernels_mlp_fwd"

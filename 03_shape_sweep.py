@@ -56,8 +56,9 @@ import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 from torch.profiler import profile
 
-from common import check, cli, outputs, profiling, sweep_report, timing
-from common.kernel_names import classify
+from common import check, cli, outputs, profiling
+from common.measuring import sweep_report, timing
+from common.reading.kernel_names import classify
 
 SCRIPT = "03_shape_sweep"
 VARIANTS = (

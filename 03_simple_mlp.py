@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import profile, record_function, schedule
 
-from common import bench, check, cli, mlp_flags, outputs, profiling, traffic
-from common.expectations import Expect
+from common import check, cli, mlp_flags, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "03_simple_mlp"
 ANNOTATION = "mlp_fwd"

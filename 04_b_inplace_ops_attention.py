@@ -32,8 +32,9 @@ import sys
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, bench, check, cli, outputs, profiling, traffic
-from common.expectations import Expect
+from common import attention_flags, check, cli, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "04_b_inplace_ops_attention"
 ANNOTATION = "attn_fwd"

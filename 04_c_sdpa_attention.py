@@ -45,8 +45,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, bench, check, cli, outputs, profiling, traffic
-from common.expectations import Expect
+from common import attention_flags, check, cli, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "04_c_sdpa_attention"
 ANNOTATION = "attn_fwd"

@@ -35,8 +35,9 @@ import torch
 from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, bench, check, cli, kernel_source, outputs, profiling, traffic
-from common.expectations import Expect
+from common import attention_flags, check, cli, kernel_source, outputs, profiling
+from common.measuring import bench, traffic
+from common.reading.expectations import Expect
 
 SCRIPT = "04_d_kernels_attention"
 ANNOTATION = "flash_kernel_fwd"

@@ -42,19 +42,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.profiler import profile, record_function, schedule
 
-from common import (
-    bench_ranks,
-    check,
-    cli,
-    mlp_flags,
-    outputs,
-    profiling,
-    ranks,
-    torchrun,
-    traffic,
-)
-from common.expectations import Expect
-from common.kernel_names import CLASSES
+from common import check, cli, mlp_flags, outputs, profiling, torchrun
+from common.measuring import bench_ranks, traffic
+from common.reading import ranks
+from common.reading.expectations import Expect
+from common.reading.kernel_names import CLASSES
 
 SCRIPT = "05_tp_mlp"
 ANNOTATION = "tp_mlp_fwd"

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 from common.commandline import Parser
 from common.explain import dump_json, load_or_exit, stdout_closed
-from common.kernel_names import labels
-from common.trace_reader import GpuItem, Trace
+from common.reading.kernel_names import labels
+from common.reading.trace_reader import GpuItem, Trace
 
 LABEL_WIDTH = 44
 
@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("trace_b", help="the variant (e.g. compiled, or Liger)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
-    from common import ranks  # a folder (or stem) of <stem>_rank<r>.json: runs side by side
+    from common.reading import ranks  # a folder (or stem) of <stem>_rank<r>.json: runs side by side
 
     if ranks.is_run(args.trace_a) or ranks.is_run(args.trace_b):
         return ranks.compare_main(args)

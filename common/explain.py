@@ -19,9 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from common import findings, footprint
 from common.commandline import Parser, non_negative_int
-from common.trace_reader import Step, Trace, TraceError, load, silent_ops
+from common.reading import findings, footprint
+from common.reading.trace_reader import Step, Trace, TraceError, load, silent_ops
 
 NAME_WIDTH = 70
 MAX_OPS = 200  # text mode: lines per list in a step; a step of 100k ops must stay readable
@@ -209,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
     )
     args = parser.parse_args(argv)
-    from common import ranks  # a folder (or stem) of <stem>_rank<r>.json: the ranks side by side
+    from common.reading import (
+        ranks,  # a folder (or stem) of <stem>_rank<r>.json: the ranks side by side
+    )
 
     if ranks.is_run(args.trace):
         return ranks.explain_main(args)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from common import expectations, findings, trace_reader
 from common.cli import Run, command_hint
-from common.expectations import Expect
 from common.outputs import Outputs
+from common.reading import expectations, findings, trace_reader
+from common.reading.expectations import Expect
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 

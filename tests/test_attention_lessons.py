@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from common import attention_flags, cli, traffic
+from common import attention_flags, cli
+from common.measuring import traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from common import bench, ceilings, timing, trace_reader, traffic
+from common.measuring import bench, ceilings, timing, traffic
+from common.reading import trace_reader
 from tests.helpers import load_script, run_script
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
@@ -382,7 +383,7 @@ def sweep_row(variant, **fields):
 
 
 def test_sweep_table_reads_fused_and_cuda_graph_rows():
-    from common import sweep_report
+    from common.measuring import sweep_report
 
     fused = sweep_row("fused", kernels=2, launches=2, geglu_us=None, geglu_kernels=0)
     graph = sweep_row("cuda-graph", ran_compiled=True, compiles=1, launches=2, replayed=True)

@@ -13,7 +13,8 @@ import time
 import pytest
 import torch
 
-from common import ceilings, check, cli, outputs, share
+from common import check, cli, outputs, share
+from common.measuring import ceilings
 from tests.helpers import ROOT, load_script, run_script
 
 LINEAR = ["--batch", "8", "--in_dim", "4", "--out_dim", "6"]

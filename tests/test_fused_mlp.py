@@ -14,8 +14,8 @@ import sys
 import pytest
 import torch
 
-from common import traffic
-from common.kernel_names import classify
+from common.measuring import traffic
+from common.reading.kernel_names import classify
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
 
 SCRIPT = "03_fused_mlp"

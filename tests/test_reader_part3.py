@@ -13,8 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from common import attention_flags, bench, expectations, explain, findings, footprint, trace_reader
-from common.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
+from common import attention_flags, explain
+from common.measuring import bench
+from common.reading import expectations, findings, footprint, trace_reader
+from common.reading.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
 from tests.helpers import load_script
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import compare, expectations, explain, outputs, ranks, torchrun, trace_reader
+from common import compare, explain, outputs, torchrun
+from common.reading import expectations, ranks, trace_reader
 from tests.helpers import ROOT, inside, load_script, read_trace, steps
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]

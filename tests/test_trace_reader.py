@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from common import compare, expectations, explain, findings, trace_reader
-from common.kernel_names import classify, decode_fused_ops, labels
+from common import compare, explain
+from common.reading import expectations, findings, trace_reader
+from common.reading.kernel_names import classify, decode_fused_ops, labels
 from tests.helpers import load_script, run_script
 
 H200 = Path(__file__).parent / "fixtures" / "h200"

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import timing  # noqa: E402
+from common.measuring import timing  # noqa: E402
 
 REPEATS = 5
 

@@ -48,7 +48,7 @@ import torch
 add("import torch", time.perf_counter() - t)
 t = time.perf_counter()
 import torch.profiler
-from common import check, cli, profiling, trace_reader
+from common import check, cli, profiling
 add("import the rest", time.perf_counter() - t)
 timed(cli, "resolve", "device: CUDA/CPU start-up")
 timed(torch, "compile", "torch.compile(): loads Dynamo and Inductor")

@@ -186,7 +186,7 @@ def _child(argv: list[str], cwd: Path) -> tuple[float, float, int, bytes]:
 READ_BACK = """
 import importlib.util, json, sys, time
 from pathlib import Path
-from common import expectations, findings, trace_reader
+from common.reading import expectations, findings, trace_reader
 spec = importlib.util.spec_from_file_location("lesson", Path({script!r}))
 lesson = importlib.util.module_from_spec(spec); sys.modules["lesson"] = lesson
 spec.loader.exec_module(lesson)

@@ -18,9 +18,9 @@ import re
 import statistics
 from dataclasses import asdict, dataclass
 
-from common import footprint
-from common.kernel_names import CUDA_CORES, TF32, label, readable
-from common.trace_reader import (
+from common.reading import footprint
+from common.reading.kernel_names import CUDA_CORES, TF32, label, readable
+from common.reading.trace_reader import (
     CpuOp,
     GpuItem,
     Step,

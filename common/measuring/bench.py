@@ -12,9 +12,10 @@ import argparse
 import statistics
 from collections.abc import Callable
 
-from common import ceilings, timing, trace_reader, traffic
 from common.cli import Run
-from common.traffic import Kernel
+from common.measuring import ceilings, timing, traffic
+from common.measuring.traffic import Kernel
+from common.reading import trace_reader
 
 MATCH = {
     "gemm": ("gemm",),

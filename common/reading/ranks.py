@@ -50,8 +50,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import jsoncache
-from common.trace_reader import GpuItem, Step, Trace, TraceError, load
+from common.measuring import jsoncache
+from common.reading.trace_reader import GpuItem, Step, Trace, TraceError, load
 
 RANK_FILE = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?P<gz>\.gz)?$")
 NCCL_KERNEL = re.compile(r"^(void\s+)?nccl", re.IGNORECASE)

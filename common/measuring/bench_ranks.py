@@ -10,8 +10,8 @@ the host's dispatch apart. The slowest rank sets the pace of all: it is the numb
 
 The link: an all-reduce of a 256 MiB buffer, timed the same way, as bus bandwidth
 (2(N-1)/N x bytes / time, nccl-tests' busbw), measured once per kind of GPU, backend and rank
-count and cached beside common.ceilings' cache (`common.ranks.cache_path()`; --fresh-ceilings
-measures again). The multi-rank reading compares each traced all-reduce with it.
+count and cached beside the ceilings' cache (`common.reading.ranks.cache_path()`;
+--fresh-ceilings measures again). The multi-rank reading compares each traced all-reduce with it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from common import ceilings, ranks, timing, traffic
 from common.cli import Run
+from common.measuring import ceilings, timing, traffic
+from common.reading import ranks
 from common.torchrun import Group
 
 LINK_BYTES = 1 << 28  # 256 MiB: past the size where an all-reduce's time is latency, not bandwidth
