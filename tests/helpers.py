@@ -66,3 +66,35 @@ def inside(outer: dict, events: list[dict]) -> list[dict]:
         ),
         key=lambda e: e["ts"],
     )
+
+
+def run_kernel_loader(module: str, *args: str, env_extra: dict, tmp_path: Path) -> dict[str, str]:
+    """Run `python -m tests.<module>` (a kernels-library loader) as a user would: offline, an
+    empty Hub cache unless the test sets one, the caller's PYTHONPATH kept (wheels installed
+    with --target live there). Returns its `KEY value` lines as a dict."""
+    import os
+    import subprocess
+
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LOCAL_KERNELS", "HF_HUB_OFFLINE", "HF_HUB_CACHE")
+    }
+    env.update(
+        {
+            "HF_HUB_CACHE": str(tmp_path / "empty-cache"),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        },
+        **env_extra,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", f"tests.{module}", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)

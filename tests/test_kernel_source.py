@@ -5,11 +5,8 @@ huggingface_hub run for real, in a subprocess so their environment variables act
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from tests.helpers import ROOT
+from tests.helpers import run_kernel_loader
 
 REPO = "kernels-community/liger-kernels"
 
@@ -36,30 +33,7 @@ def tiny_kernel_repo(root):
 
 
 def load(env_extra, tmp_path):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("LOCAL_KERNELS", "HF_HUB_OFFLINE", "HF_HUB_CACHE")
-    }
-    env.update(
-        {
-            "HF_HUB_CACHE": str(tmp_path / "empty-cache"),
-            "HF_HUB_OFFLINE": "1",
-            # keep the caller's PYTHONPATH (wheels installed with --target live there)
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-        },
-        **env_extra,
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.load_liger"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    lines = run_kernel_loader("load_liger", env_extra=env_extra, tmp_path=tmp_path)
     return lines["SOURCE"], lines["ORIGIN"]
 
 

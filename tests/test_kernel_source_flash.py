@@ -6,13 +6,10 @@ run for real, in a subprocess, so their environment variables act as a user's.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_kernel_loader
 
 REPOS = {"fa2": ("kernels-community/flash-attn2", 3), "fa3": ("kernels-community/flash-attn3", 1)}
 
@@ -44,30 +41,7 @@ def tiny_flash_repo(root, variant="fa2"):
 
 
 def load(env_extra, tmp_path, variant="fa2"):
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("LOCAL_KERNELS", "HF_HUB_OFFLINE", "HF_HUB_CACHE")
-    }
-    env.update(
-        {
-            "HF_HUB_CACHE": str(tmp_path / "empty-cache"),
-            "HF_HUB_OFFLINE": "1",
-            # keep the caller's PYTHONPATH (wheels installed with --target live there)
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-        },
-        **env_extra,
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.load_flash", variant],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    return run_kernel_loader("load_flash", variant, env_extra=env_extra, tmp_path=tmp_path)
 
 
 @pytest.mark.parametrize("variant", ["fa2", "fa3"])
