@@ -13,6 +13,16 @@ from common import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The torch.profiler calls the posts teach: every lesson shows them in its own source.
+PROFILER_CALLS = (
+    "with profile(",
+    "schedule=schedule(",
+    "with record_function(ANNOTATION)",
+    "prof.step()",
+    "prof.export_chrome_trace(",
+    "prof.key_averages().table(",
+)
+
 
 @cache
 def load_script(name: str):

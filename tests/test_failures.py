@@ -15,7 +15,7 @@ import torch
 
 from common import check, cli, outputs, share
 from common.measuring import ceilings
-from tests.helpers import ROOT, load_script, run_script
+from tests.helpers import PROFILER_CALLS, ROOT, load_script, run_script
 
 LINEAR = ["--batch", "8", "--in_dim", "4", "--out_dim", "6"]
 
@@ -31,14 +31,7 @@ def test_every_lesson_shows_the_profiler_calls_the_posts_teach():
     assert {"01_matmul_add", "02_linear", "04_c_sdpa_attention"} <= set(LESSONS)
     for lesson in LESSONS:
         source = (ROOT / f"{lesson}.py").read_text()
-        for call in (
-            "with profile(",
-            "schedule=schedule(",
-            "with record_function(ANNOTATION)",
-            "prof.step()",
-            "prof.export_chrome_trace(",
-            "prof.key_averages().table(",
-        ):
+        for call in PROFILER_CALLS:
             assert call in source, f"{lesson}.py does not show {call}"
         module = load_script(lesson)
         # the guess sits with the module: the expectation, the traffic model, the reference

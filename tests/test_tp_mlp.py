@@ -26,7 +26,7 @@ import torch
 
 from common import compare, explain, outputs, torchrun
 from common.reading import expectations, ranks, trace_reader
-from tests.helpers import ROOT, inside, load_script, read_trace, steps
+from tests.helpers import PROFILER_CALLS, ROOT, inside, load_script, read_trace, steps
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
 TAG = "b2_s4_d16_h32_bf16_tp2_{mode}_cpu"
@@ -320,12 +320,7 @@ def test_the_lesson_shows_its_module_plan_and_profiler_loop():
         "parallelize_module(mlp, mesh, PLAN)",
         "ColwiseParallel()",
         "RowwiseParallel()",
-        "with profile(",
-        "schedule=schedule(",
-        "with record_function(ANNOTATION)",
-        "prof.step()",
-        "prof.export_chrome_trace(",
-        "prof.key_averages().table(",
+        *PROFILER_CALLS,
     ):
         assert call in source
     lesson = load_script("05_tp_mlp")
