@@ -8,14 +8,15 @@ a custom op that torch.compile sees through (no graph break), and what a TMA, pe
 changes on Hopper.
 
 Guess first. Per recorded step, on a GPU:
-  eager     the custom op profiling_pytorch::fused_gate_up_geglu launches one Triton kernel
-            (fused_gate_up_geglu_tma_kernel on Hopper, fused_gate_up_geglu_kernel elsewhere),
-            then aten::linear > aten::mm launches one cuBLAS GEMM for down_proj. Two kernels
-            (03_simple_mlp.py: five eager, four compiled). No aten::gelu, no aten::mul, no
-            elementwise kernel. The only intermediate in HBM is m = gelu(g) * u, written once
-            and read once by the down GEMM.
-  compiled  the same two kernels inside a Torch-Compiled Region, no graph break: Inductor
-            calls our kernel as it is and cuBLAS for down. There is nothing left to fuse.
+  eager     Python launches one Triton kernel (fused_gate_up_geglu_tma_kernel on Hopper,
+            fused_gate_up_geglu_kernel elsewhere; a cuLaunchKernelEx right under
+            fused_mlp_fwd), then aten::linear > aten::mm launches one cuBLAS GEMM for
+            down_proj. Two kernels (03_simple_mlp.py: five eager, four compiled). No
+            aten::gelu, no aten::mul, no elementwise kernel. The only intermediate in HBM is
+            m = gelu(g) * u, written once and read once by the down GEMM.
+  compiled  the same two kernels inside a Torch-Compiled Region, no graph break: Dynamo
+            records the custom op profiling_pytorch::fused_gate_up_geglu, Inductor launches
+            our kernel as it is and cuBLAS for down. There is nothing left to fuse.
   timing    the fused kernel should take about as long as cuBLAS takes for gate and up alone,
             because the epilogue's arithmetic is small beside the matrix work. The forward then
             saves the elementwise kernel and the round trip of g and u through HBM.
@@ -289,15 +290,21 @@ def _descriptor_scratch(size: int, alignment: int, stream):
 
 
 def traceable(kernel):
-    """wrap_triton lets torch.compile see the launch and keep it in its graph. Called eagerly
-    inside the custom op, torch skips its tracing machinery (called outside one, that machinery
-    costs the host about 200 us per launch). Under Triton's interpreter the kernel is a plain
-    Python function that cannot be traced: launch it as is."""
+    """wrap_triton lets torch.compile see the launch and keep it in its graph (inside the custom
+    op, when torch is not tracing, it hands back the kernel itself). Under Triton's interpreter
+    the kernel is a plain Python function that cannot be traced: launch it as is."""
     return kernel if INTERPRETING else wrap_triton(kernel)
 
 
-def launch(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config) -> torch.Tensor:
-    """m [M, hidden] = gelu_tanh(x @ gate^T) * (x @ up^T), from x [M, dim] and the packed weight."""
+def as_is(kernel):
+    return kernel
+
+
+def launch(
+    x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config, wrap=as_is
+) -> torch.Tensor:
+    """m [M, hidden] = gelu_tanh(x @ gate^T) * (x @ up^T), from x [M, dim] and the packed weight.
+    `wrap` is applied to the kernel before its launch (the custom op passes `traceable`)."""
     M, K = x.shape
     out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
     if M == 0:
@@ -315,12 +322,12 @@ def launch(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config) 
         if not INTERPRETING:
             triton.set_allocator(_descriptor_scratch)
         programs = min(tiles, sm_count(x.device)) if config.persistent else tiles
-        traceable(fused_gate_up_geglu_tma_kernel)[(programs,)](
+        wrap(fused_gate_up_geglu_tma_kernel)[(programs,)](
             x, gate_up, out, M, K, hidden, gate_up.shape[0],
             FLATTEN=config.flatten, WARP_SPECIALIZE=config.warp_specialize, **meta,
         )  # fmt: skip
     else:
-        traceable(fused_gate_up_geglu_kernel)[(tiles,)](
+        wrap(fused_gate_up_geglu_kernel)[(tiles,)](
             x, gate_up, out, M, K, hidden,
             x.stride(0), x.stride(1), gate_up.stride(0), gate_up.stride(1),
             out.stride(0), out.stride(1),
@@ -335,7 +342,7 @@ def launch(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config) 
 def fused_gate_up_geglu(
     x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: str
 ) -> torch.Tensor:
-    return launch(x.contiguous(), gate_up, hidden, CONFIGS[config])
+    return launch(x.contiguous(), gate_up, hidden, CONFIGS[config], wrap=traceable)
 
 
 @fused_gate_up_geglu.register_fake
@@ -343,6 +350,17 @@ def _(x, gate_up, hidden, config):
     """What the op returns, for tracing without running it (Dynamo, and Triton's interpreter
     cannot run on the fake tensors that tracing uses)."""
     return x.new_empty((x.shape[0], hidden))
+
+
+def gate_up_geglu(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: str):
+    """What the module calls. Under torch.compile, the custom op: Dynamo records it and Inductor
+    launches the kernel from its own code. Eagerly, the launch itself: going through the
+    dispatcher into a Python custom op costs host time on every call (docs/measurements.md,
+    "Dispatch": about twice what Triton's own launch costs), and at small shapes the GPU waits
+    for the host."""
+    if torch.compiler.is_compiling():
+        return torch.ops.profiling_pytorch.fused_gate_up_geglu(x, gate_up, hidden, config)
+    return launch(x.contiguous(), gate_up, hidden, CONFIGS[config])
 
 
 # --- The module --------------------------------------------------------------------------------
@@ -372,9 +390,7 @@ class FusedGeGLUMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        m = torch.ops.profiling_pytorch.fused_gate_up_geglu(
-            flat, self.gate_up, self.hidden, self.config
-        )
+        m = gate_up_geglu(flat, self.gate_up, self.hidden, self.config)
         return self.down_proj(m).view(*x.shape[:-1], -1)
 
 
@@ -391,8 +407,9 @@ def reference(x: torch.Tensor, mlp: "simple_mlp.SimpleGeGLUMLP") -> torch.Tensor
 EXPECT = {
     "eager": Expect(
         gpu={"gemm": 1, "triton": 1, "elementwise": 0, "inductor": 0},
-        cpu_present=(OP, "aten::mm"),
-        cpu_absent=("aten::gelu", "aten::mul", "Torch-Compiled Region*"),
+        cpu_present=("aten::mm",),
+        # eager skips the dispatcher: the op is there for torch.compile (gate_up_geglu)
+        cpu_absent=(OP, "aten::gelu", "aten::mul", "Torch-Compiled Region*"),
         why="gate, up and the GeGLU in one Triton kernel, down in one cuBLAS GEMM",
     ),
     "compile": Expect(

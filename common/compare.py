@@ -6,10 +6,17 @@ bytes that each side's extra kernels had to move.
                                     traces/03_simple_mlp/{TAG}_compile.json
     uv run python -m common.compare A B --json
 
-Byte estimate for an extra (non-GEMM) kernel: every tensor input the launching CPU op recorded
-(record_shapes) read once, plus one output the size of the largest input written once. That is
-the minimum an elementwise kernel must move; it is what fusion saves. A memcpy moves its own
-size twice (read and write), a memset once (write), from the event's `bytes`.
+Byte estimate for an extra kernel, from the tensors its launching CPU op recorded
+(record_shapes), each a minimum:
+  elementwise-like (aten, Inductor, Liger)  every input read once, plus one output the
+      size of the largest input written once: what fusion saves;
+  GEMM (aten::mm, addmm, bmm)  both operands (and a bias) read once, the product written
+      once; a split-K reduce counts with its GEMM;
+  a hand-written Triton kernel that compiled code launches (its launch op is named after
+      it and lists its outputs among its arguments): every tensor argument touched once.
+A memcpy moves its own size twice (read and write), a memset once (write), from the event's
+`bytes`. A kernel launched outside any op that records shapes (a Triton kernel called eagerly)
+has no estimate: the total then says which kernels it leaves out.
 
 A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
 and exit code 2.
@@ -49,23 +56,43 @@ def _kernels(trace: Trace) -> list[GpuItem]:
 
 
 def item_bytes(item: GpuItem) -> int | None:
-    """Minimum HBM traffic of an item: a copy's own size (memcpy read + write, memset write);
-    for an elementwise-like kernel, from its launcher's recorded inputs."""
+    """Minimum HBM traffic of an item (the module docstring says how), None where unknown."""
     if item.kind in ("memcpy", "memset"):
         size = item.args.get("bytes")
         if type(size) is not int or size < 0:
             return None
         return 2 * size if item.kind == "memcpy" else size
-    if item.launcher is None:
+    if item.launcher is None or item.klass.joins_previous:
         return None
     dims, types = item.launcher.args.get("Input Dims"), item.launcher.args.get("Input type")
     if not dims or not types:
         return None
-    sizes = []
-    for shape, dtype in zip(dims, types, strict=False):
-        if shape and dtype in DTYPE_BYTES:
-            sizes.append(math.prod(shape) * DTYPE_BYTES[dtype])
-    return sum(sizes) + max(sizes) if sizes else None
+    tensors = [
+        (shape, DTYPE_BYTES[dtype])
+        for shape, dtype in zip(dims, types, strict=False)
+        if shape and dtype in DTYPE_BYTES
+    ]
+    if not tensors:
+        return None
+    sizes = [math.prod(shape) * elt for shape, elt in tensors]
+    if item.klass.cls == "gemm":
+        return _gemm_bytes([tuple(shape) for shape, _ in tensors], tensors[0][1], sum(sizes))
+    if item.klass.cls == "triton" and item.launcher.name.startswith(item.name):
+        return sum(sizes)  # compiled code's launch op: its arguments include the outputs
+    return sum(sizes) + max(sizes)
+
+
+def _gemm_bytes(shapes: list[tuple], elt: int, inputs: int) -> int | None:
+    """The operands are the first two shapes that contract ([.., m, k] then [.., k, n]: mm,
+    bmm, addmm after its bias); the product is written once, unless it is an argument
+    already (aten::mm's out=, as compiled code calls it)."""
+    for i in range(len(shapes) - 1):
+        a, b = shapes[i], shapes[i + 1]
+        if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
+            product = (*a[:-1], b[-1])
+            given = product in shapes[:i] + shapes[i + 2 :]
+            return inputs + (0 if given else math.prod(product) * elt)
+    return None
 
 
 def _avg_times(trace: Trace) -> dict[str, float]:
@@ -97,7 +124,8 @@ def compare(a: Trace, b: Trace) -> dict:
                         "reading": item.klass.detail,
                         "launched_by": item.launched_by,
                         "us": avg_a.get(item.name) if items is ka else avg_b.get(item.name),
-                        "bytes": item_bytes(item) if item.klass.cls != "gemm" else None,
+                        "bytes": item_bytes(item),
+                        "joins_previous": item.klass.joins_previous,
                     }
                 )
         return out
@@ -105,6 +133,10 @@ def compare(a: Trace, b: Trace) -> dict:
     extra_a, extra_b = extra(ka, only_a), extra(kb, only_b)
     bytes_a = sum(e["bytes"] or 0 for e in extra_a)
     bytes_b = sum(e["bytes"] or 0 for e in extra_b)
+    unknown = {
+        side: sorted({e["name"] for e in extra if e["bytes"] is None and not e["joins_previous"]})
+        for side, extra in (("a", extra_a), ("b", extra_b))
+    }
     gemms_a = [i.name for i in ka if i.klass.cls == "gemm"]
     gemms_b = [i.name for i in kb if i.klass.cls == "gemm"]
     # Two empty lists are not "identical GPU work": with none on either side there is
@@ -123,6 +155,7 @@ def compare(a: Trace, b: Trace) -> dict:
         "only_in_b": extra_b,
         "extra_bytes_a": bytes_a,
         "extra_bytes_b": bytes_b,
+        "extra_bytes_unknown": unknown,  # kernels left out of the sums: no recorded shapes
         "cpu_ops_gone": sorted((ops_a - ops_b).elements()),
         "cpu_ops_new": sorted((ops_b - ops_a).elements()),
         "kernel_avg_us": {
@@ -173,11 +206,19 @@ def text(result: dict) -> str:
                     f"[{e['reading'] or e['launched_by']}]{moved}"
                 )
     ba, bb = result["extra_bytes_a"], result["extra_bytes_b"]
+    unknown = result["extra_bytes_unknown"]
     if ba or bb:
+        known = not unknown["a"] and not unknown["b"]
         lines.append(
-            f"HBM traffic of the extra kernels: A {_mb(ba)}, B {_mb(bb)} "
-            f"(difference {_mb(abs(ba - bb))})"
+            f"HBM traffic of the extra kernels, at least: A {_mb(ba)}, B {_mb(bb)}"
+            + (f" (difference {_mb(abs(ba - bb))})" if known else "")
         )
+        for side in ("a", "b"):
+            if unknown[side]:
+                lines.append(
+                    f"  not counted in {side.upper()} (launched outside any op that records "
+                    f"input shapes): {', '.join(short(n) for n in unknown[side])}"
+                )
     if result["cpu_ops_gone"]:
         lines.append(
             "CPU ops only in A (gone in B): "

@@ -14,12 +14,19 @@ import sys
 import pytest
 import torch
 
-from common.measuring import traffic
+from common import compare
+from common.measuring import bench, traffic
+from common.reading import expectations, findings, trace_reader
 from common.reading.kernel_names import classify
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
 
 SCRIPT = "03_fused_mlp"
 OP = "profiling_pytorch::fused_gate_up_geglu"
+H100 = ROOT / "tests" / "fixtures" / "h100"
+POSTS = "b64_s128_d768_h3072_bf16"  # M = 8192, dim 768, hidden 3072
+FUSED_EAGER = H100 / SCRIPT / f"{POSTS}_hopper_eager.json.gz"
+FUSED_COMPILED = H100 / SCRIPT / f"{POSTS}_hopper_compile.json.gz"
+FUSED_FP32 = H100 / SCRIPT / "b3_s37_d200_h300_fp32_plain_eager.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +82,8 @@ def test_lesson_runs_end_to_end_under_the_interpreter(interpreted):
         assert [s["name"] for s in recorded] == [f"ProfilerStep#{i}" for i in (2, 3, 4)]
         for step in recorded:
             names = [e["name"] for e in inside(step, events)]
-            assert "fused_mlp_fwd" in names and OP in names and "aten::mm" in names
+            assert "fused_mlp_fwd" in names and "aten::mm" in names
+            assert OP not in names  # eager launches the kernel itself, not through the op
             assert "aten::gelu" not in names and "aten::mul" not in names
     assert "correctness: relative error" in stdout and "all as expected" in stdout
     assert "(interpreted)" in stdout
@@ -106,6 +114,80 @@ def test_traffic_model_has_no_g_or_u_in_hbm():
     saved = traffic.total(simple)[1] - traffic.total([fused, down])[1]
     assert saved == (4 * tokens * hidden + tokens * dim) * bf16
     assert traffic.total(simple)[0] == traffic.total([fused, down])[0]
+
+
+# --- real H100 traces (tests/fixtures/h100/03_fused_mlp) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path, mode",
+    [(FUSED_EAGER, "eager"), (FUSED_COMPILED, "compile"), (FUSED_FP32, "eager")],
+    ids=["eager", "compile", "fp32-split-k"],
+)
+def test_the_declared_expectation_holds_on_real_h100_traces(path, mode):
+    trace = trace_reader.load(path)
+    verdict = expectations.check(trace, load_script(SCRIPT).EXPECT[mode])
+    assert verdict.ok, verdict.mismatches
+    for step in trace.steps:
+        names = [i.name for i in step.gpu if i.kind == "kernel"]
+        kernel = (
+            "fused_gate_up_geglu_kernel"
+            if path == FUSED_FP32
+            else ("fused_gate_up_geglu_tma_kernel")
+        )
+        assert names[0] == kernel  # gate, up and the GeGLU first, then the down GEMM
+        assert step.count("triton") == 1 and step.count("gemm") == 1
+
+
+def test_fp32_down_gemm_split_in_two_cublas_kernels_counts_once():
+    """cuBLAS ran the small fp32 down GEMM as sm80_xmma ..._execute_kernel, grid z = 5 slices of
+    K, then ..._execute_split_k_kernel adding them: one GEMM."""
+    trace = trace_reader.load(FUSED_FP32)
+    for step in trace.steps:
+        _, product, reduce = step.gpu
+        assert product.name.endswith("execute_kernel__5x_cublas")
+        assert reduce.klass.joins_previous and reduce.klass.detail == "split-K reduce"
+    (split,) = [f for f in findings.read(trace) if f.topic == "split-K"]
+    assert "4x7x5" in split.message
+
+
+def test_compare_against_the_compiled_mlp_shows_g_and_u_gone_from_hbm():
+    tokens, dim, hidden, bf16 = 64 * 128, 768, 3072, 2
+    simple = trace_reader.load(H100 / "03_simple_mlp" / f"{POSTS}_compile.json.gz")
+    result = compare.compare(simple, trace_reader.load(FUSED_COMPILED))
+    assert [e["class"] for e in result["only_in_a"]] == ["gemm", "gemm", "inductor"]
+    assert [e["class"] for e in result["only_in_b"]] == ["triton"]
+    # gate and up: x and a weight read, g (or u) written; the GeGLU reads g, u, writes m
+    gemm = (tokens * dim + hidden * dim + tokens * hidden) * bf16
+    assert [e["bytes"] for e in result["only_in_a"]] == [gemm, gemm, 3 * tokens * hidden * bf16]
+    # the fused kernel: x once, the packed weight once, m written; g and u never
+    fused_model, _ = load_script(SCRIPT).traffic_model(tokens, dim, hidden, bf16)
+    assert result["only_in_b"][0]["bytes"] == fused_model.bytes
+    saved = result["extra_bytes_a"] - result["extra_bytes_b"]
+    assert saved == (4 * tokens * hidden + tokens * dim) * bf16  # as the traffic model says
+    assert result["extra_bytes_unknown"] == {"a": [], "b": []}
+    assert "(difference 213.9 MB)" in compare.text(result)
+
+
+def test_compare_says_which_kernel_it_cannot_count():
+    """Eagerly the kernel is launched straight from Python: no op records its shapes, so the
+    comparison names it instead of counting it as zero."""
+    simple = trace_reader.load(H100 / "03_simple_mlp" / f"{POSTS}_compile.json.gz")
+    result = compare.compare(simple, trace_reader.load(FUSED_EAGER))
+    assert result["extra_bytes_unknown"]["b"] == ["fused_gate_up_geglu_tma_kernel"]
+    text = compare.text(result)
+    assert "difference" not in text
+    assert "not counted in B (launched outside any op that records input shapes): " in text
+
+
+def test_bench_matches_the_model_to_the_real_kernels():
+    trace = trace_reader.load(FUSED_EAGER)
+    model = load_script(SCRIPT).traffic_model(64 * 128, 768, 3072, 2)
+    times = bench.kernel_times(trace, model)
+    assert not isinstance(times, str), times
+    fused_us, down_us = (t * 1e6 for t in times)
+    kernels = [(i.name, i.dur) for i in trace.steps[1].gpu if i.kind == "kernel"]
+    assert 100 < fused_us < 140 and 40 < down_us < 70, kernels
 
 
 def test_packing_pairs_gate_and_up_rows_per_tile_and_pads_with_zeros():

@@ -26,7 +26,8 @@ are class "aten" with detail "softmax", like every other kernel of at::native.
 A GEMM's facts say what its name says: tile, layout, epilogue, and the precision it computes
 in (PRECISIONS: bf16/fp16 on Tensor cores, tf32 on Tensor cores, fp32 on CUDA cores). A GEMM
 can take two kernels: cuBLAS's split-K runs the product, then a reduce kernel
-(cublasLt::splitKreduce_kernel) that adds the partial sums; the reduce is class "gemm" with
+(cublasLt::splitKreduce_kernel, or sm80_xmma_gemm_..._execute_split_k_kernel after an
+..._execute_kernel) that adds the partial sums; the reduce is class "gemm" with
 `joins_previous` set, so that it is counted with the GEMM before it, not as another GEMM.
 """
 
@@ -86,7 +87,9 @@ _PRECISION_RULES = (
         ),
     ),
 )
-_SPLIT_K_REDUCE = re.compile(r"split_?k\w*reduce|reduce\w*split_?k", re.IGNORECASE)
+_SPLIT_K_REDUCE = re.compile(
+    r"split_?k\w*reduce|reduce\w*split_?k|execute_split_k_kernel", re.IGNORECASE
+)
 
 # Fused attention, by family: (family, pattern), tried in order on the whole name.
 _ATTENTION = (

@@ -1,0 +1,122 @@
+"""What the host pays to issue 03_fused_mlp.py's kernel, by the way it is called.
+
+The fused forward's GPU work is two kernels, but its host time decides the small shapes and,
+through do_bench's L2 flush, even a single timed call at the post's shape. This script times,
+on the host clock, calls issued back to back (common.measuring.timing.time_host: after a
+synchronize, so that the launch queue never fills and blocks), for one small shape (the GPU
+time stays under the host's):
+  triton launch         the kernel object called with its grid: Triton's own launcher
+  lesson launch()       the same through the lesson's launch(): output allocation and grid
+  custom op             torch.ops.profiling_pytorch.fused_gate_up_geglu: the dispatcher, the
+                        custom op's Python wrappers, then launch()
+  launch() traceable    launch() with torch.library.wrap_triton outside any custom op: torch's
+                        tracing wrapper, what the op avoids by turning it off inside
+  empty custom_op       a torch.library.custom_op that only allocates its output: dispatch alone
+  empty define/impl     the same registered with torch.library.define + impl
+  eager forward         the lesson's module as it runs eagerly (direct launch + down F.linear)
+  F.linear              the down GEMM alone, for scale
+
+    python3 tools/dispatch_cost.py            (needs a CUDA GPU; ~20 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common.measuring.timing import time_host  # noqa: E402
+
+lesson = importlib.import_module("03_fused_mlp")  # noqa: E402
+
+
+def empty_ops():
+    """Two ops that do nothing but allocate their output, registered the two ways."""
+
+    @torch.library.custom_op("dispatch_cost::empty_custom_op", mutates_args=())
+    def empty_custom_op(x: torch.Tensor, hidden: int) -> torch.Tensor:
+        return x.new_empty((x.shape[0], hidden))
+
+    lib = torch.library.Library("dispatch_cost", "FRAGMENT")
+    lib.define("empty_impl(Tensor x, int hidden) -> Tensor")
+    lib.impl("empty_impl", lambda x, hidden: x.new_empty((x.shape[0], hidden)), "CUDA")
+    return torch.ops.dispatch_cost.empty_custom_op, torch.ops.dispatch_cost.empty_impl, lib
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--m", type=int, default=1024, help="tokens (default: 1024 = 8x128)")
+    parser.add_argument("--calls", type=int, default=50, help="calls per sample (default: 50)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("error: tools/dispatch_cost.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    import triton
+
+    torch.set_grad_enabled(False)
+    dev, dtype, dim, hidden = torch.device("cuda"), torch.bfloat16, 768, 3072
+    torch.manual_seed(0)
+    mlp = lesson.simple_mlp.SimpleGeGLUMLP(dim, hidden).to(dev, dtype).eval()
+    major, _ = torch.cuda.get_device_capability(dev)
+    kernel = "hopper" if major == 9 else "plain"
+    fused = lesson.FusedGeGLUMLP(mlp, kernel).eval()
+    config = lesson.CONFIGS[kernel]
+    x = torch.randn(args.m, dim, device=dev, dtype=dtype)
+    m = torch.empty(args.m, hidden, device=dev, dtype=dtype)
+    custom_op, define_impl, _lib = empty_ops()
+
+    # The kernel alone, as launch() calls it, with the output allocated once outside.
+    lesson.launch(x, fused.gate_up, hidden, config)  # compiles; installs the TMA allocator
+    if config.path == "hopper":
+        k = lesson.fused_gate_up_geglu_tma_kernel
+        programs = min(triton.cdiv(args.m, config.block_m) * 24, lesson.sm_count(dev))
+
+        def triton_launch():
+            k[(programs,)](
+                x, fused.gate_up, m, args.m, dim, hidden, fused.gate_up.shape[0],
+                BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                GROUP_M=config.group_m, num_stages=config.stages, num_warps=config.warps,
+                FLATTEN=config.flatten, WARP_SPECIALIZE=config.warp_specialize,
+            )  # fmt: skip
+    else:
+        triton_launch = None
+
+    calls = {
+        "triton launch": triton_launch,
+        "lesson launch()": lambda: lesson.launch(x, fused.gate_up, hidden, config),
+        "custom op": lambda: torch.ops.profiling_pytorch.fused_gate_up_geglu(
+            x, fused.gate_up, hidden, kernel
+        ),
+        "launch() traceable": lambda: lesson.launch(
+            x, fused.gate_up, hidden, config, wrap=lesson.traceable
+        ),
+        "empty custom_op": lambda: custom_op(x, hidden),
+        "empty define/impl": lambda: define_impl(x, hidden),
+        "eager forward": lambda: fused(x),
+        "F.linear": lambda: mlp.down_proj(m),
+    }
+    print(
+        f"{torch.cuda.get_device_name()}; torch {torch.__version__}, triton {triton.__version__}, "
+        f"Python {sys.version.split()[0]}; x [{args.m}, {dim}], hidden {hidden}, "
+        f"{config.describe()}"
+    )
+    print(f"host time per call, median (p20-p80) of 15 samples of {args.calls} calls:")
+    for name, fn in calls.items():
+        if fn is None:
+            print(f"  {name:<20} (the Hopper path only)")
+            continue
+        for _ in range(20):
+            fn()
+        t = time_host(fn, calls=args.calls)
+        print(f"  {name:<20} {t.median_s * 1e6:7.1f} us  ({t.p20_s * 1e6:.1f}-{t.p80_s * 1e6:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
