@@ -24,18 +24,22 @@ Guess first:
                    GEMM, down by cuBLAS; two kernels, no compile, no Dynamo. Large shapes: the
                    lowest GPU time, its one kernel taking about what cuBLAS takes for gate and
                    up alone (the "gate/up+GeGLU us" column): no GeGLU kernel, and g and u never
-                   reach HBM. Small shapes: host-bound like the rest, but with eager's dispatch
-                   (a custom op and Triton's launcher, two launches), not a compiled wrapper's:
-                   it should not lose to eager where compile and Liger do. If it does, fusion
-                   itself loses at small batches; if not, what lost there was the wrapper.
+                   reach HBM. Small shapes: host-bound like the rest, with eager's kind of
+                   dispatch (Triton's Python launcher, then aten::linear: two launches), not a
+                   compiled wrapper's: it should not lose to eager where compile and Liger do.
+                   If it does, compare its GPU time with eager's: if that is still lower, what
+                   loses is the host's launch path, not fusion (docs/measurements.md).
   cuda-graph       torch.compile(mode="reduce-overhead") (GPU only): compile's kernels and
                    compiles, replayed from a CUDA graph: one graph launch (plus a copy of x into
                    the graph's static input) instead of one launch per kernel. Small shapes: the
                    host time falls far below compile's (Dynamo's guards remain), the queued time
                    toward the GPU time: faster than eager. Large shapes: compile's GPU time plus
                    the input copy; launches cost nothing there.
+  fused-graph      the fused module under torch.compile(mode="reduce-overhead") (GPU only):
+                   its two kernels replayed from a CUDA graph. Both removals at once.
   So cuda-graph against compile is what removing launches buys (same kernels, same traffic),
-  and fused against compile what removing HBM traffic buys (fewer bytes, one kernel fewer).
+  fused against compile what removing HBM traffic buys (fewer bytes, one kernel fewer), and
+  fused-graph against fused what launches still cost once the traffic is gone.
 
     uv run 03_shape_sweep.py
     uv run 03_shape_sweep.py --shapes 8x128,32x128,64x256 --variants eager,compile,liger
@@ -70,14 +74,23 @@ VARIANTS = (
     "liger",
     "fused",
     "cuda-graph",
+    "fused-graph",
 )
 GPU_ONLY = {  # variant -> why it needs a CUDA GPU
     "liger": "Liger's kernel is Triton",
     "fused": "03_fused_mlp.py's kernel is Triton",
     "cuda-graph": "CUDA graphs record and replay GPU launches",
+    "fused-graph": "03_fused_mlp.py's kernel is Triton, replayed from a CUDA graph",
 }
-COMPILED = ("compile", "compile-static", "compile-dynamic", "mark-dynamic", "cuda-graph")
-GRAPHED = ("cuda-graph",)  # replayed from CUDA graphs (Inductor's cudagraph trees)
+COMPILED = (
+    "compile",
+    "compile-static",
+    "compile-dynamic",
+    "mark-dynamic",
+    "cuda-graph",
+    "fused-graph",
+)
+GRAPHED = ("cuda-graph", "fused-graph")  # replayed from CUDA graphs (Inductor's cudagraph trees)
 # CUDA graph trees run a function's first call at a new shape eagerly (a warm-up), record the
 # graph on the next one and replay it from then on: calls made before a shape's checked call.
 GRAPH_RECORDING_CALLS = 2
@@ -468,7 +481,7 @@ def build(
         module = layers.LigerGEGLUMLP(config).to(run.device, run.dtype).eval()
         return module, module
     mlp = lessons.mlp.SimpleGeGLUMLP(dim, hidden).to(run.device, run.dtype).eval()
-    if variant == "fused":
+    if variant in ("fused", "fused-graph"):
         fused = lessons.fused
         # The lesson's own choice: Hopper's TMA kernel on compute capability 9.x (bf16, fp16),
         # else the plain one; its fixed configuration for that path and dtype.
@@ -490,6 +503,7 @@ def make_forward(variant: str, module: torch.nn.Module):
         # Inductor's CUDA graphs (cudagraph trees): it copies each input into a static buffer
         # before the replay, since a graph reads fixed addresses; compile's shape policy.
         "cuda-graph": {"mode": "reduce-overhead"},
+        "fused-graph": {"mode": "reduce-overhead"},  # Inductor launches our kernel itself
     }[variant]
     return torch.compile(module, **options)
 

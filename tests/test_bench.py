@@ -217,10 +217,11 @@ def test_sweep_bad_input(argv, message, tmp_path, capsys):
 def test_sweep_variant_parsing_accepts_fused_and_cuda_graph():
     sweep = load_script("03_shape_sweep")
     assert sweep.parse_variants("eager, fused,cuda-graph") == ["eager", "fused", "cuda-graph"]
-    assert {"fused", "cuda-graph"} <= set(sweep.GPU_ONLY) and "cuda-graph" in sweep.COMPILED
-    # on a GPU the default is every variant, the two new ones included
+    assert {"fused", "cuda-graph", "fused-graph"} <= set(sweep.GPU_ONLY)
+    assert {"cuda-graph", "fused-graph"} <= set(sweep.COMPILED) & set(sweep.GRAPHED)
+    # on a GPU the default is every variant, the new ones included
     assert sweep.choose_variants(None, on_gpu=True) == list(sweep.VARIANTS)
-    assert sweep.VARIANTS[-2:] == ("fused", "cuda-graph")
+    assert sweep.VARIANTS[-3:] == ("fused", "cuda-graph", "fused-graph")
 
 
 @pytest.mark.parametrize(
@@ -230,6 +231,7 @@ def test_sweep_variant_parsing_accepts_fused_and_cuda_graph():
         ("fused", "the fused variant needs a CUDA GPU (03_fused_mlp.py's kernel is Triton)"),
         ("cuda-graph", "the cuda-graph variant needs a CUDA GPU (CUDA graphs record"),
         ("eager,fused,cuda-graph", "the fused and cuda-graph variants need a CUDA GPU"),
+        ("fused-graph", "the fused-graph variant needs a CUDA GPU (03_fused_mlp.py's kernel is"),
     ],
 )
 def test_sweep_gpu_only_variants_are_refused_on_a_cpu(variants, message, tmp_path, capsys):
@@ -248,7 +250,10 @@ def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys
     argv = ["--shapes", "2x4", "--dim", "8", "--hidden", "16", "--hidden-change", "0"]
     assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 0
     out = capsys.readouterr().out
-    assert "note: no CUDA GPU: the liger, fused and cuda-graph variants are skipped" in out
+    assert (
+        "note: no CUDA GPU: the liger, fused, cuda-graph and fused-graph variants are skipped"
+        in out
+    )
     rows = read_rows(tmp_path)
     assert [r["variant"] for r in rows] == [
         "eager",
@@ -288,6 +293,9 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
         assert torch.equal(fused.gate_up, packed)
         assert torch.equal(fused.down_proj.weight, eager.down_proj.weight)
         assert sweep.make_forward("fused", fused) is fused  # run as it is, no compile
+        graphed, graphed_ref = sweep.build("fused-graph", 16, 40, run, lessons, seed=7)
+        assert torch.equal(graphed.gate_up, packed) and graphed_ref is not graphed
+        assert sweep.make_forward("fused-graph", graphed) is not graphed  # compiled
 
 
 def fake_events(per_call, calls=2, launches=(), start=0.0):

@@ -27,12 +27,23 @@ def readme_commands() -> list[str]:
     return commands
 
 
+def assignments(command: str) -> dict[str, str]:
+    """The `NAME=value` words before the command (TRITON_INTERPRET=1 uv run ...)."""
+    env = {}
+    for word in shlex.split(command.partition("#")[0]):
+        name, eq, value = word.partition("=")
+        if not eq or not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+            break
+        env[name] = value
+    return env
+
+
 def to_argv(command: str) -> list[str] | None:
     """`uv run X.py ...` / `uv run python -m M ...` as argv for this interpreter; None to skip."""
     code, _, comment = command.partition("#")
     if any(marker in comment for marker in NOT_HERE):
         return None
-    words = shlex.split(code)
+    words = shlex.split(code)[len(assignments(command)) :]
     if words[:2] != ["uv", "run"] or words[2:3] == ["pytest"]:
         return None  # `uv run pytest` is this very test run
     rest = words[2:]
@@ -63,6 +74,7 @@ def test_readme_command_runs_as_shown(command, tmp_path_factory):
         work.mkdir()
         (work / "tests").symlink_to(ROOT / "tests")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN",)}
+    env.update(assignments(command))
     proc = subprocess.run(
         to_argv(command), cwd=work, capture_output=True, text=True, timeout=600, env=env
     )
