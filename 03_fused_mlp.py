@@ -258,15 +258,15 @@ class Config:
 # One fixed configuration per path, no autotuning: the kernel compiles once per dtype (about a
 # second, then cached on disk), and the packed weight's layout depends on block_n. Measured by
 # tools/tune_fused_mlp.py on an H100 (torch 2.11, Triton 3.6, bf16, M=8192, dim 768, hidden
-# 3072; do_bench medians of two runs, 2026-11-22), against cuBLAS's 117-120 us for gate and
-# up as one GEMM over the concatenated weight and 123-124 us as two GEMMs:
+# 3072; do_bench medians, seven runs, 2026-11-22; docs/measurements.md), against cuBLAS's
+# 115-121 us for gate and up as one GEMM over the concatenated weight and 122-125 us as two:
 CONFIGS = {
-    # 123-124 us. One 128 x 256 accumulator (128 gate + 128 up columns) per tile, two
-    # warpgroups, 180 KB of shared memory. 4 stages and warp specialization measured the same
+    # 121-124 us. One 128 x 256 accumulator (128 gate + 128 up columns) per tile, two
+    # warpgroups, 176 KB of shared memory. 4 stages and warp specialization measured the same
     # within 2 us; 4 stages fill the shared memory to its last few KB, and Triton 3.6's Hopper
     # warp specialization failed to compile 128 x 128 tiles, so both stay off.
     "hopper": Config("hopper", 128, 256, 64, stages=3, warps=8),
-    # 155 us on the H100 (no TMA, no persistent grid): Triton's tutorial 03's first CUDA
+    # 152-156 us on the H100 (no TMA, no persistent grid): Triton's tutorial 03's first CUDA
     # configuration, which fits the A100's shared memory (3 x 48 KB); not measured on an A100.
     "plain": Config("plain", 128, 256, 64, stages=3, warps=8),
     # float32: the dot runs in IEEE float32 on the CUDA cores, not as tf32 on the tensor cores.
