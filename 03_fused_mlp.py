@@ -259,7 +259,7 @@ class Config:
 # second, then cached on disk), and the packed weight's layout depends on block_n. Measured by
 # tools/tune_fused_mlp.py on an H100 (torch 2.11, Triton 3.6, bf16, M=8192, dim 768, hidden
 # 3072; do_bench medians, seven runs, 2026-11-22; docs/measurements.md), against cuBLAS's
-# 115-121 us for gate and up as one GEMM over the concatenated weight and 122-125 us as two:
+# 115-121 us for gate and up as one GEMM over the concatenated weight and 122-124 us as two:
 CONFIGS = {
     # 121-124 us. One 128 x 256 accumulator (128 gate + 128 up columns) per tile, two
     # warpgroups, 176 KB of shared memory. 4 stages and warp specialization measured the same
@@ -353,14 +353,21 @@ def _(x, gate_up, hidden, config):
 
 
 def gate_up_geglu(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: str):
-    """What the module calls. Under torch.compile, the custom op: Dynamo records it and Inductor
-    launches the kernel from its own code. Eagerly, the launch itself: going through the
-    dispatcher into a Python custom op costs host time on every call (docs/measurements.md,
-    "Dispatch": about twice what Triton's own launch costs), and at small shapes the GPU waits
-    for the host."""
-    if torch.compiler.is_compiling():
-        return torch.ops.profiling_pytorch.fused_gate_up_geglu(x, gate_up, hidden, config)
-    return launch(x.contiguous(), gate_up, hidden, CONFIGS[config])
+    """What the module calls. Eagerly, on a plain tensor that needs no gradient: the launch
+    itself, because going through the dispatcher into a Python custom op costs host time on
+    every call (about twice what launch() costs on the H100 of docs/measurements.md,
+    "Dispatch"), and at small shapes the GPU waits for the host. Everything else goes through
+    the custom op: torch.compile (Dynamo records it, Inductor launches the kernel from its own
+    code), other tracers (fake tensors), and a forward that autograd would record, so that a
+    backward fails loudly (the op has no backward) instead of leaving x without a gradient."""
+    direct = (
+        not torch.compiler.is_compiling()
+        and type(x) is torch.Tensor
+        and not (x.requires_grad and torch.is_grad_enabled())
+    )
+    if direct:
+        return launch(x.contiguous(), gate_up, hidden, CONFIGS[config])
+    return torch.ops.profiling_pytorch.fused_gate_up_geglu(x, gate_up, hidden, config)
 
 
 # --- The module --------------------------------------------------------------------------------

@@ -316,7 +316,8 @@ def main(argv=None) -> int:
     if args.hidden_change:
         shapes.append((*args.shapes[-1], args.hidden_change))
     biggest = max(b * s * max(h, args.hidden) for b, s, h in shapes)
-    weights = (5 if "fused" in variants else 3) * args.dim * max(h for *_, h in shapes) * 4
+    packed = {"fused", "fused-graph"} & set(variants)  # gate and up once more, packed
+    weights = (5 if packed else 3) * args.dim * max(h for *_, h in shapes) * 4
     cli.ensure_fits(biggest * 6 * 4 + weights, run)  # fused: the packed gate/up weight too
     tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
     folder = outputs.writable_folder(args.traces_dir, SCRIPT)

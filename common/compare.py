@@ -84,13 +84,14 @@ def item_bytes(item: GpuItem) -> int | None:
 
 def _gemm_bytes(shapes: list[tuple], elt: int, inputs: int) -> int | None:
     """The operands are the first two shapes that contract ([.., m, k] then [.., k, n]: mm,
-    bmm, addmm after its bias); the product is written once, unless it is an argument
-    already (aten::mm's out=, as compiled code calls it)."""
+    bmm, addmm after its bias); the product is written once, unless an argument after the
+    operands has its shape (aten::mm's out=, as compiled code calls it). Broadcast batch
+    dimensions are not expanded: a lower bound."""
     for i in range(len(shapes) - 1):
         a, b = shapes[i], shapes[i + 1]
         if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
             product = (*a[:-1], b[-1])
-            given = product in shapes[:i] + shapes[i + 2 :]
+            given = product in shapes[i + 2 :]  # out= comes after the operands
             return inputs + (0 if given else math.prod(product) * elt)
     return None
 
@@ -207,7 +208,7 @@ def text(result: dict) -> str:
                 )
     ba, bb = result["extra_bytes_a"], result["extra_bytes_b"]
     unknown = result["extra_bytes_unknown"]
-    if ba or bb:
+    if ba or bb or unknown["a"] or unknown["b"]:
         known = not unknown["a"] and not unknown["b"]
         lines.append(
             f"HBM traffic of the extra kernels, at least: A {_mb(ba)}, B {_mb(bb)}"
@@ -216,8 +217,9 @@ def text(result: dict) -> str:
         for side in ("a", "b"):
             if unknown[side]:
                 lines.append(
-                    f"  not counted in {side.upper()} (launched outside any op that records "
-                    f"input shapes): {', '.join(short(n) for n in unknown[side])}"
+                    f"  not counted in {side.upper()} (no byte estimate: no usable recorded "
+                    f"shapes, e.g. launched outside any op that records them): "
+                    f"{', '.join(short(n) for n in unknown[side])}"
                 )
     if result["cpu_ops_gone"]:
         lines.append(

@@ -74,10 +74,12 @@ def kernel_cases() -> list[dict]:
 
 
 def module_cases() -> list[dict]:
-    """The whole forward through the custom op, eager and under torch.compile, against the
-    lesson's float32 reference. Interpreted, torch.compile runs Dynamo alone (backend="eager"):
-    Inductor would trace into an interpreted kernel, which cannot run on the fake tensors that
-    tracing uses. On a GPU it is torch.compile's default, Inductor."""
+    """The whole forward, eager (the direct launch) and under torch.compile (the custom op),
+    against the lesson's float32 reference; and a forward that autograd records, whose
+    backward must fail (the op has no backward) rather than leave x without a gradient.
+    Interpreted, torch.compile runs Dynamo alone (backend="eager"): Inductor would trace into
+    an interpreted kernel, which cannot run on the fake tensors that tracing uses. On a GPU it
+    is torch.compile's default, Inductor."""
     backend = "eager" if lesson.INTERPRETING else "inductor"
     results = []
     for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32"), ("fp16", "hopper")):
@@ -93,9 +95,17 @@ def module_cases() -> list[dict]:
             eager_err = check.relative_error(fused(x), ref)
             compiled_err = check.relative_error(compiled(x), ref)
             explained = torch._dynamo.explain(fused)(x)
+        needs_grad = x.clone().requires_grad_()
+        try:
+            fused(needs_grad).float().sum().backward()
+            backward = "no error"
+        except RuntimeError as err:
+            backward = str(err).splitlines()[0]
         results.append(
             {
                 "case": f"module {dtype} {config} {backend}",
+                "backward": backward,
+                "x_grad": needs_grad.grad is not None,
                 "eager_error": eager_err,
                 "compiled_error": compiled_err,
                 "tolerance": check.TOLERANCE[dt],

@@ -295,7 +295,9 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
         assert sweep.make_forward("fused", fused) is fused  # run as it is, no compile
         graphed, graphed_ref = sweep.build("fused-graph", 16, 40, run, lessons, seed=7)
         assert torch.equal(graphed.gate_up, packed) and graphed_ref is not graphed
-        assert sweep.make_forward("fused-graph", graphed) is not graphed  # compiled
+        compiled = sweep.make_forward("fused-graph", graphed)
+        assert isinstance(compiled, torch._dynamo.eval_frame.OptimizedModule)
+        assert compiled._orig_mod is graphed  # the fused module itself, compiled
 
 
 def fake_events(per_call, calls=2, launches=(), start=0.0):

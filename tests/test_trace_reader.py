@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -186,6 +187,30 @@ def test_compare_eager_and_compiled_mlp():
     assert result["extra_bytes_a"] - result["extra_bytes_b"] == 2 * 8192 * 3072 * 2
     assert "aten::gelu" in result["cpu_ops_gone"] and "aten::linear" in result["cpu_ops_gone"]
     assert any(n.startswith("Torch-Compiled Region") for n in result["cpu_ops_new"])
+
+
+M, K, N, B = 8, 4, 6, 3
+
+
+@pytest.mark.parametrize(
+    ("shapes", "written"),
+    [
+        ([(M, K), (K, N)], M * N),  # aten::mm: the product is written
+        ([(M, K), (K, N), (M, N)], 0),  # aten::mm.out, as compiled code calls it
+        ([(N,), (M, K), (K, N)], M * N),  # aten::addmm with a bias row
+        ([(M, N), (M, K), (K, N)], M * N),  # a full [M, N] bias is read, not the output
+        ([(B, M, K), (B, K, N)], B * M * N),  # aten::bmm
+        ([(B, M, N), (B, M, K), (B, K, N)], B * M * N),  # aten::baddbmm
+    ],
+)
+def test_compare_counts_a_gemms_operands_and_its_product(shapes, written):
+    inputs = sum(math.prod(s) for s in shapes) * 2
+    assert compare._gemm_bytes(shapes, 2, inputs) == inputs + written * 2
+
+
+@pytest.mark.parametrize("shapes", [[(M, K), (K,)], [(M, K), (N, K)], [(K,)]])
+def test_compare_has_no_gemm_estimate_without_two_contracting_matrices(shapes):
+    assert compare._gemm_bytes(shapes, 2, 100) is None  # mv, a mismatch, a vector
 
 
 def test_compare_linear_eager_and_compiled_same_kernel():

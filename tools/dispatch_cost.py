@@ -54,6 +54,8 @@ def main() -> int:
     parser.add_argument("--m", type=int, default=1024, help="tokens (default: 1024 = 8x128)")
     parser.add_argument("--calls", type=int, default=50, help="calls per sample (default: 50)")
     args = parser.parse_args()
+    if args.m < 1 or args.calls < 1:
+        parser.error("--m and --calls must be positive")
     if not torch.cuda.is_available():
         print("error: tools/dispatch_cost.py needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -75,7 +77,8 @@ def main() -> int:
     lesson.launch(x, fused.gate_up, hidden, config)  # compiles; installs the TMA allocator
     if config.path == "hopper":
         k = lesson.fused_gate_up_geglu_tma_kernel
-        programs = min(triton.cdiv(args.m, config.block_m) * 24, lesson.sm_count(dev))
+        tiles = triton.cdiv(args.m, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
+        programs = min(tiles, lesson.sm_count(dev))
 
         def triton_launch():
             k[(programs,)](
