@@ -258,8 +258,8 @@ class Config:
 # One fixed configuration per path, no autotuning: the kernel compiles once per dtype (about a
 # second, then cached on disk), and the packed weight's layout depends on block_n. Measured by
 # tools/tune_fused_mlp.py on an H100 (torch 2.11, Triton 3.6, bf16, M=8192, dim 768, hidden
-# 3072; do_bench medians, seven runs, 2026-11-22; docs/measurements.md), against cuBLAS's
-# 115-121 us for gate and up as one GEMM over the concatenated weight and 122-124 us as two:
+# 3072; do_bench medians, 2026-11-22; docs/measurements.md), against cuBLAS's 115-121 us for
+# gate and up as one GEMM over the concatenated weight and 122-124 us as two:
 CONFIGS = {
     # 121-124 us. One 128 x 256 accumulator (128 gate + 128 up columns) per tile, two
     # warpgroups, 176 KB of shared memory. 4 stages and warp specialization measured the same

@@ -3,7 +3,7 @@
 Times 03_fused_mlp.py's forward (the post's shape, bf16) with do_bench every ~2 s while keeping
 the GPU busy with the same forward in between, and prints beside each sample the SM clock,
 power draw and throttle reasons that nvidia-smi reports at that moment. On the lent H100 and
-H200 (700 W) the first sample reads ~173 us at 1980 MHz; within two seconds the GPU sits at its
+H200 (700 W) the first sample reads 173-176 us at 1980 MHz; within two seconds the GPU sits at its
 power limit (reason 0x4, software power cap), the clock drops to ~1500-1800 MHz, and the same
 forward reads 187-192 us. Timings taken one after another across such a change compare power
 states, not code: tools/tune_fused_mlp.py times its forwards round-robin for that reason.
@@ -50,7 +50,7 @@ def main() -> int:
     print("  time   forward (do_bench median)   SM clock, max, power, limit, throttle reasons")
     start = time.time()
     while time.time() - start < args.seconds:
-        us = do_bench(lambda: fused(x), rep=100) * 1e3
+        us = do_bench(lambda: fused(x), rep=100, return_mode="median") * 1e3
         print(f"  {time.time() - start:5.1f} s  {us:7.1f} us   {tune.gpu_state()}", flush=True)
         busy_until = time.time() + 2
         while time.time() < busy_until:  # keep the GPU busy between samples
