@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import cli  # noqa: E402
 from common.measuring.timing import time_host  # noqa: E402
 
 lesson = importlib.import_module("03_fused_mlp")  # noqa: E402
@@ -65,8 +66,7 @@ def main() -> int:
     dev, dtype, dim, hidden = torch.device("cuda"), torch.bfloat16, 768, 3072
     torch.manual_seed(0)
     mlp = lesson.simple_mlp.SimpleGeGLUMLP(dim, hidden).to(dev, dtype).eval()
-    major, _ = torch.cuda.get_device_capability(dev)
-    kernel = "hopper" if major == 9 else "plain"
+    kernel = lesson.choose_kernel("auto", cli.Run(dev, dtype, "bf16"), dim, hidden)
     fused = lesson.FusedGeGLUMLP(mlp, kernel).eval()
     config = lesson.CONFIGS[kernel]
     x = torch.randn(args.m, dim, device=dev, dtype=dtype)

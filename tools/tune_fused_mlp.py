@@ -43,6 +43,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 lesson = importlib.import_module("03_fused_mlp")  # noqa: E402
 from common import check  # noqa: E402
+from common.measuring import timing  # noqa: E402
 
 Config = lesson.Config
 
@@ -114,36 +115,18 @@ class Row:
 
 
 def bench_us(fn) -> float:
-    """do_bench's median: each call queued after an L2 flush, GPU time between two events."""
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+    """do_bench's median (common.measuring.timing.time_gpu), in us."""
+    return timing.time_gpu(fn).median_s * 1e6
 
 
-def queued_us(fn, calls: int = 50, repeats: int = 5) -> float:
-    """Median over `repeats` of CUDA events around `calls` calls issued back to back (warm
-    L2): the GPU time per call when the host keeps ahead, else the host's time per call."""
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / calls * 1e3)
-    return sorted(times)[len(times) // 2]
+def queued_us(fn) -> float:
+    """Calls issued back to back between CUDA events (warm L2), median per call, in us."""
+    return timing.time_gpu_queued(fn).median_s * 1e6
 
 
-def host_us(fn, calls: int = 100) -> float:
-    """The host's time to issue one call (no waiting for the GPU)."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    spent = (time.perf_counter() - start) / calls * 1e6
-    torch.cuda.synchronize()
-    return spent
+def host_us(fn) -> float:
+    """The host's time to issue one call (no waiting for the GPU), median, in us."""
+    return timing.time_host(fn).median_s * 1e6
 
 
 ROUNDS = 5  # round-robin passes over the whole forwards
