@@ -47,7 +47,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, mlp_flags, outputs, profiling
 from common.measuring import bench, traffic
-from common.reading.expectations import Expect
+from tracereader.expectations import Expect
 
 SCRIPT = "03_fused_mlp"
 ANNOTATION = "fused_mlp_fwd"

@@ -26,7 +26,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, kernel_source, mlp_flags, outputs, profiling
 from common.measuring import bench, traffic
-from common.reading.expectations import Expect
+from tracereader.expectations import Expect
 
 SCRIPT = "03_kernels_mlp"
 ANNOTATION = "kernels_mlp_fwd"

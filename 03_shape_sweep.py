@@ -62,7 +62,7 @@ from torch.profiler import profile
 
 from common import check, cli, outputs, profiling
 from common.measuring import sweep_report, timing
-from common.reading.kernel_names import classify
+from tracereader.kernel_names import classify
 
 SCRIPT = "03_shape_sweep"
 VARIANTS = (

@@ -29,7 +29,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import attention_flags, check, cli, outputs, profiling
 from common.measuring import bench, traffic
-from common.reading.expectations import Expect
+from tracereader.expectations import Expect
 
 SCRIPT = "04_a_naive_attention"
 ANNOTATION = "attn_fwd"

@@ -37,7 +37,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import attention_flags, check, cli, kernel_source, outputs, profiling
 from common.measuring import bench, traffic
-from common.reading.expectations import Expect
+from tracereader.expectations import Expect
 
 SCRIPT = "04_d_kernels_attention"
 ANNOTATION = "flash_kernel_fwd"

@@ -29,7 +29,7 @@ tools/tp_scaling.py measures both, eager and compiled.
 
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --compile     # the same shape (the default)
-    uv run python -m common.explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
+    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
 """
 
 import sys
@@ -44,9 +44,9 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, mlp_flags, outputs, profiling, torchrun
 from common.measuring import bench_ranks, traffic
-from common.reading import ranks
-from common.reading.expectations import Expect
-from common.reading.kernel_names import CLASSES
+from tracereader import ranks
+from tracereader.expectations import Expect
+from tracereader.kernel_names import CLASSES
 
 SCRIPT = "05_tp_mlp"
 ANNOTATION = "tp_mlp_fwd"
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     seen = profiling.look(out, expectation(mode, group.backend, launch.world))
     stem = out.trace.parent / tag
     print(ranks.text(ranks.read_run(stem, ranks.runs_at(stem)[stem])))
-    print(f"all ranks, side by side: {cli.command_hint('common.explain', stem)}")
+    print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         elt, tokens = x.element_size(), args.batch * args.seq
         model = traffic_model(

@@ -16,22 +16,46 @@ from pathlib import Path
 import torch
 
 from common.check import WORKSPACE_BYTES, MismatchError
-from common.commandline import (  # noqa: F401 - re-exported: the lessons use cli.*
-    MAX_ACTIVE,
-    MAX_WAIT,
-    SEED_RANGE,
+from common.share import bucket_name
+from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons use cli.*
     Parser,
     UsageError,
-    bucket_name,
     int_in,
     non_negative_int,
     one_line,
     positive_int,
-    traces_folder,
 )
+
+# Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
+# and the trace must still open in Perfetto and read back in seconds.
+MAX_WAIT = 1_000
+MAX_ACTIVE = 10_000
+SEED_RANGE = (0, 2**64 - 1)  # what torch.manual_seed accepts
+
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 ROOT = Path(__file__).resolve().parent.parent  # the repository: lessons, common/, tools/
+
+
+def traces_folder(text: str) -> str:
+    """An argparse type for --traces-dir: a path the profiler can really write to.
+
+    Refused here, before any work: an empty name (it would silently mean the current folder),
+    control characters such as a newline (the profiler's exporter cannot rename its file into
+    such a folder and says nothing), and bytes that are not UTF-8 (torch cannot pass the path
+    to its C++ side).
+    """
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give a folder, e.g. --traces-dir traces")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} contains a control character (a newline?)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not valid UTF-8; the profiler cannot write there"
+        ) from None
+    return text
 
 
 def make_parser(doc: str | None, *, prog: str) -> Parser:
@@ -237,15 +261,16 @@ def element_size(run: Run) -> int:
     return torch.empty((), dtype=run.dtype).element_size()
 
 
-def command_hint(*words: str | Path) -> str:
-    """A `uv run python -m ...` line the user can paste from where they are.
+def command_hint(command: str, *words: str | Path) -> str:
+    """A `uv run ...` line the user can paste from where they are: a console command of the
+    project (`explain`, `compare`) or, for a dotted name, `python -m` on that module.
 
     From the repository root the short form works; from anywhere else uv is pointed at the
-    project (--project) and the module is found because the project installs `common`, and
-    every path in the line is made absolute.
+    project (--project), and every path in the line is made absolute.
     """
     here = Path.cwd().resolve() == ROOT
-    parts = ["uv", "run"] + ([] if here else ["--project", str(ROOT)]) + ["python", "-m"]
+    parts = ["uv", "run"] + ([] if here else ["--project", str(ROOT)])
+    parts += ["python", "-m", command] if "." in command else [command]
     for word in words:
         parts.append(str(word if here or not isinstance(word, Path) else word.resolve()))
     return shlex.join(parts)

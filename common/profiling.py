@@ -20,8 +20,9 @@ from torch.profiler import ProfilerActivity
 
 from common.cli import Run, command_hint
 from common.outputs import Outputs
-from common.reading import expectations, findings, trace_reader
-from common.reading.expectations import Expect
+from tracereader import expectations, findings
+from tracereader import load as trace_reader
+from tracereader.expectations import Expect
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 
@@ -150,7 +151,7 @@ def look(outputs: Outputs, expect: Expect) -> Seen:
     sibling = trace_reader.load(sibling_path) if sibling_path and sibling_path.is_file() else None
     verdict = expectations.check(trace, expect, sibling=sibling)
     print(expectations.render(verdict, expect))
-    print(f"findings (the full reading: {command_hint('common.explain', outputs.trace)}):")
+    print(f"findings (the full reading: {command_hint('explain', outputs.trace)}):")
     for finding in findings.read(trace):
         print(f"  {'PROBLEM: ' if finding.problem else ''}[{finding.topic}] {finding.message}")
     return Seen(trace, verdict.ok)

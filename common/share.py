@@ -10,13 +10,14 @@ nothing remote is deleted unless --delete is given.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import huggingface_hub as hf
 
-from common.commandline import Parser, UsageError, bucket_name, one_line
+from tracereader.commandline import Parser, UsageError, one_line
 
 PERFETTO = "https://ui.perfetto.dev/#!/?url={bucket_url}/resolve/{path}"
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -24,6 +25,21 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 
 class ShareError(Exception):
     """Sharing failed (no token, no network, refused); the local traces are untouched."""
+
+
+def bucket_name(text: str) -> str:
+    """An argparse type for --bucket: a Hugging Face bucket id, checked locally by
+    huggingface_hub's own repo-id rules before any work is done."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError as err:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a bucket name ('name' or 'user/name': letters, digits, "
+            f"'-', '_', '.', at most 96 characters): {one_line(err)}"
+        ) from None
+    return text
 
 
 def perfetto_url(bucket_url: str, path: str) -> str:

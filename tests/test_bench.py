@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from common.measuring import bench, ceilings, timing, traffic
-from common.reading import trace_reader
 from tests.helpers import load_script, run_script
+from tracereader import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 

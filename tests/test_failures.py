@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -257,11 +258,12 @@ def test_printed_hints_work_from_another_folder(tmp_path, capsys, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    hint = cli.command_hint("common.explain", trace)
-    assert hint.startswith(f"uv run --project {ROOT} python -m common.explain /")
-    # The project installs `common`, so the module runs from any folder with its interpreter.
+    hint = cli.command_hint("explain", trace)
+    assert hint.startswith(f"uv run --project {ROOT} explain /")
+    # The project installs its packages and the console command `explain` beside the
+    # interpreter, so the hint's command runs from any folder.
     proc = subprocess.run(
-        [sys.executable, "-m", "common.explain", str(trace)],
+        [str(Path(sys.executable).parent / "explain"), str(trace)],
         cwd=elsewhere,
         capture_output=True,
         text=True,

@@ -14,11 +14,11 @@ import sys
 import pytest
 import torch
 
-from common import compare
 from common.measuring import bench, traffic
-from common.reading import expectations, findings, trace_reader
-from common.reading.kernel_names import classify
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
+from tracereader import compare, expectations, findings
+from tracereader import load as trace_reader
+from tracereader.kernel_names import classify
 
 SCRIPT = "03_fused_mlp"
 OP = "profiling_pytorch::fused_gate_up_geglu"

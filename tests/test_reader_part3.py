@@ -13,11 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from common import attention_flags, explain
+from common import attention_flags
 from common.measuring import bench
-from common.reading import expectations, findings, footprint, trace_reader
-from common.reading.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
 from tests.helpers import load_script
+from tracereader import expectations, explain, findings, footprint
+from tracereader import load as trace_reader
+from tracereader.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100 = FIXTURES / "h100"

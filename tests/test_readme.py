@@ -39,7 +39,8 @@ def assignments(command: str) -> dict[str, str]:
 
 
 def to_argv(command: str) -> list[str] | None:
-    """`uv run X.py ...` / `uv run python -m M ...` as argv for this interpreter; None to skip."""
+    """`uv run X.py ...`, `uv run python -m M ...` or `uv run explain ...` as argv for this
+    interpreter; None to skip."""
     code, _, comment = command.partition("#")
     if any(marker in comment for marker in NOT_HERE):
         return None
@@ -51,13 +52,15 @@ def to_argv(command: str) -> list[str] | None:
         rest = rest[1:]
     elif rest[0] == "torchrun":  # the console script of torch.distributed.run
         rest = ["-m", "torch.distributed.run", *rest[1:]]
+    elif rest[0] in ("explain", "compare"):  # the project's console commands
+        rest = ["-m", f"tracereader.{rest[0]}", *rest[1:]]
     rest = [str(ROOT / w) if w.endswith(".py") and not w.startswith("-") else w for w in rest]
     return [sys.executable, *rest]
 
 
 def test_the_readme_lists_the_commands_it_should():
     commands = readme_commands()
-    assert any("common.explain" in c for c in commands)
+    assert any(c.startswith("uv run explain") for c in commands)
     assert any("GPU only" in c for c in commands)  # the markers this test honours are used
     skipped = [c for c in commands if to_argv(c) is None]
     assert all(

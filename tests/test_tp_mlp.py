@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import compare, explain, outputs, torchrun
-from common.reading import expectations, ranks, trace_reader
+from common import outputs, torchrun
 from tests.helpers import PROFILER_CALLS, ROOT, inside, load_script, read_trace, steps
+from tracereader import compare, expectations, explain, ranks
+from tracereader import load as trace_reader
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
 TAG = "b2_s4_d16_h32_bf16_tp2_{mode}_cpu"

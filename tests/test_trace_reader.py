@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from common import compare, explain
-from common.reading import expectations, findings, trace_reader
-from common.reading.kernel_names import classify, decode_fused_ops, labels
 from tests.helpers import load_script, run_script
+from tracereader import compare, expectations, explain, findings
+from tracereader import load as trace_reader
+from tracereader.kernel_names import classify, decode_fused_ops, labels
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100 = Path(__file__).parent / "fixtures" / "h100"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from common import compare, explain
-from common.reading import findings, trace_reader
+from tracereader import compare, explain, findings
+from tracereader import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 LINEAR = H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz"

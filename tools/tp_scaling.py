@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from common.reading import ranks  # noqa: E402  (torch-free)
+from tracereader import ranks  # noqa: E402  (torch-free)
 
 SHAPES = {
     "post": ["--batch", "64", "--seq", "128", "--dim", "768", "--hidden", "3072"],

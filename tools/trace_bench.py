@@ -20,7 +20,7 @@ fresh correlation and External ids, in the layout torch's exporter writes (one k
 line). The top-level metadata (deviceProperties, versions) and the per-thread metadata events
 are kept, so the reader sees what it would see in a long real run.
 
-`explain` then runs in a child process (`python -m common.explain TRACE`, output discarded)
+`explain` then runs in a child process (`uv run explain TRACE`, output discarded)
 and the tool prints its wall time and peak resident memory (ru_maxrss of that child, from
 os.wait4), with the peak as a multiple of the file's size. --read-back instead times, in a
 child, the three stages a lesson runs on its own trace after profiling (profiling.look):
@@ -186,7 +186,8 @@ def _child(argv: list[str], cwd: Path) -> tuple[float, float, int, bytes]:
 READ_BACK = """
 import importlib.util, json, sys, time
 from pathlib import Path
-from common.reading import expectations, findings, trace_reader
+from tracereader import expectations, findings
+from tracereader import load as trace_reader
 spec = importlib.util.spec_from_file_location("lesson", Path({script!r}))
 lesson = importlib.util.module_from_spec(spec); sys.modules["lesson"] = lesson
 spec.loader.exec_module(lesson)
@@ -217,7 +218,7 @@ def read_back(trace: Path, script: str, mode: str, repo: Path) -> None:
 
 def explain(trace: Path, repo: Path, extra: list[str]) -> None:
     size = trace.stat().st_size / 1e6
-    argv = [sys.executable, "-m", "common.explain", str(trace), *extra]
+    argv = [sys.executable, "-m", "tracereader.explain", str(trace), *extra]
     wall, rss, rc, err = _child(argv, repo)
     print(
         f"explain {trace.name} ({size:.1f} MB on disk){' ' + ' '.join(extra) if extra else ''}: "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from common.cli import Run
 from common.measuring import ceilings, timing, traffic
 from common.measuring.traffic import Kernel
-from common.reading import trace_reader
+from tracereader import load as trace_reader
 
 MATCH = {
     "gemm": ("gemm",),

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from common.measuring import jsoncache
 from common.measuring.timing import time_gpu
+from tracereader import caches as jsoncache
 
 COPY_BYTES = 1 << 30  # 1 GiB: many times the 50-60 MB L2 of an H100/H200
 MATMUL_N = 8192

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from common.reading import footprint
-from common.reading.kernel_names import KernelClass, classify
+from tracereader import footprint
+from tracereader.kernel_names import KernelClass, classify
 
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")

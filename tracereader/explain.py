@@ -3,9 +3,9 @@ with its footprint: grid, block, registers, shared memory, the profiler's occupa
 and the occupancy worked out from the footprint), the CPU dispatch chain, and what a careful
 reader would point at (the Part 1 cheatsheet, grown with Part 3's findings).
 
-    uv run python -m common.explain traces/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json
-    uv run python -m common.explain TRACE --json      # the same, machine-readable (complete)
-    uv run python -m common.explain TRACE --all-steps # every step in full, not just the first
+    uv run explain traces/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json
+    uv run explain TRACE --json      # the same, machine-readable (complete)
+    uv run explain TRACE --all-steps # every step in full, not just the first
 
 A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
 and exit code 2; single malformed events are skipped and reported as a health problem.
@@ -19,9 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from common.commandline import Parser, non_negative_int
-from common.reading import findings, footprint
-from common.reading.trace_reader import Step, Trace, TraceError, load, silent_ops
+from tracereader import findings, footprint
+from tracereader.commandline import Parser, non_negative_int
+from tracereader.load import Step, Trace, TraceError, load, silent_ops
 
 NAME_WIDTH = 70
 MAX_OPS = 200  # text mode: lines per list in a step; a step of 100k ops must stay readable
@@ -191,7 +191,7 @@ def _max_ops(text: str) -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = Parser(prog="python -m common.explain", description=__doc__)
+    parser = Parser(prog="explain", description=__doc__)
     parser.add_argument("trace", help="a trace written by one of the scripts (.json or .json.gz)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
     )
     args = parser.parse_args(argv)
-    from common.reading import (
+    from tracereader import (
         ranks,  # a folder (or stem) of <stem>_rank<r>.json: the ranks side by side
     )
 
@@ -234,5 +234,10 @@ def stdout_closed() -> int:
     return 1
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console command (`uv run explain`, `uv run compare`): main's code is the exit code."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -2,9 +2,9 @@
 communication; across ranks, who started each step late and who waited for whom in the
 all-reduce; and the all-reduce's bandwidth against the link's.
 
-    uv run python -m common.explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
-    uv run python -m common.explain traces/05_tp_mlp          # every run the folder holds
-    uv run python -m common.compare RUN_A RUN_B               # eager vs compiled, N=2 vs N=4
+    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
+    uv run explain traces/05_tp_mlp          # every run the folder holds
+    uv run compare RUN_A RUN_B               # eager vs compiled, N=2 vs N=4
 
 A run is the set of files `<stem>_rank<r>.json[.gz]` that one torchrun launch wrote, one per
 rank, each with the `distributedInfo` torch's profiler records (rank, world size, backend);
@@ -50,8 +50,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.measuring import jsoncache
-from common.reading.trace_reader import GpuItem, Step, Trace, TraceError, load
+from tracereader import caches as jsoncache
+from tracereader.load import GpuItem, Step, Trace, TraceError, load
 
 RANK_FILE = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?P<gz>\.gz)?$")
 NCCL_KERNEL = re.compile(r"^(void\s+)?nccl", re.IGNORECASE)
@@ -569,7 +569,7 @@ def text(result: dict) -> str:
             lines.append("  bus bandwidth: unknown (the collective's size was not recorded)")
     first = result["per_rank"][0]["path"] if result["per_rank"] else None
     if first:
-        lines.append(f"one rank in full: python -m common.explain {first}")
+        lines.append(f"one rank in full: uv run explain {first}")
     return "\n".join(lines)
 
 
@@ -587,7 +587,7 @@ def _dump(data, out) -> None:
 
 
 def explain_main(args) -> int:
-    """`python -m common.explain RUN_OR_FOLDER [--json]`: the reading of every run named."""
+    """`uv run explain RUN_OR_FOLDER [--json]`: the reading of every run named."""
     results = []
     try:
         for stem, files in runs_at(args.trace).items():
@@ -673,14 +673,12 @@ def compare_text(result: dict) -> str:
     bus_b = "-" if b["bus_GBps"] is None else f"{b['bus_GBps']:.1f}"
     lines.append(f"  {'bus bandwidth (GB/s)':<38} {bus_a:>10} {bus_b:>10}")
     if a["rank0"] and b["rank0"]:
-        lines.append(
-            f"kernel by kernel, rank 0: python -m common.compare {a['rank0']} {b['rank0']}"
-        )
+        lines.append(f"kernel by kernel, rank 0: uv run compare {a['rank0']} {b['rank0']}")
     return "\n".join(lines)
 
 
 def compare_main(args) -> int:
-    """`python -m common.compare RUN_A RUN_B [--json]` when either names rank traces."""
+    """`uv run compare RUN_A RUN_B [--json]` when either names rank traces."""
     try:
         result = compare(_one_run(args.trace_a), _one_run(args.trace_b))
     except (TraceError, RunError) as err:

@@ -1,20 +1,14 @@
-"""Command-line plumbing that needs no torch: the parser with one-line errors, the argparse
-types every script shares, and the error a script reports as one line.
+"""Command-line plumbing that needs no torch: the parser with one-line errors, the whole-number
+argparse types, and the error a command reports as one line.
 
-Kept apart from common.cli (which imports torch, half a GB of memory and seconds of start-up)
-so that the trace commands (explain, compare) and sharing start fast.
+The trace commands use it, and so do the lessons (through common.cli) and sharing: one parser,
+one error path, and explain/compare start without importing torch.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-
-# Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
-# and the trace must still open in Perfetto and read back in seconds.
-MAX_WAIT = 1_000
-MAX_ACTIVE = 10_000
-SEED_RANGE = (0, 2**64 - 1)  # what torch.manual_seed accepts
 
 
 class UsageError(Exception):
@@ -82,39 +76,3 @@ def int_in(low: int, high: int, why: str) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-def traces_folder(text: str) -> str:
-    """An argparse type for --traces-dir: a path the profiler can really write to.
-
-    Refused here, before any work: an empty name (it would silently mean the current folder),
-    control characters such as a newline (the profiler's exporter cannot rename its file into
-    such a folder and says nothing), and bytes that are not UTF-8 (torch cannot pass the path
-    to its C++ side).
-    """
-    if not text:
-        raise argparse.ArgumentTypeError("is empty; give a folder, e.g. --traces-dir traces")
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} contains a control character (a newline?)")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not valid UTF-8; the profiler cannot write there"
-        ) from None
-    return text
-
-
-def bucket_name(text: str) -> str:
-    """An argparse type for --bucket: a Hugging Face bucket id, checked locally by
-    huggingface_hub's own repo-id rules before any work is done."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(text)
-    except HFValidationError as err:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a bucket name ('name' or 'user/name': letters, digits, "
-            f"'-', '_', '.', at most 96 characters): {one_line(err)}"
-        ) from None
-    return text

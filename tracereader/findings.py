@@ -18,9 +18,9 @@ import re
 import statistics
 from dataclasses import asdict, dataclass
 
-from common.reading import footprint
-from common.reading.kernel_names import CUDA_CORES, TF32, label, readable
-from common.reading.trace_reader import (
+from tracereader import footprint
+from tracereader.kernel_names import CUDA_CORES, TF32, label, readable
+from tracereader.load import (
     CpuOp,
     GpuItem,
     Step,

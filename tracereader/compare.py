@@ -2,9 +2,9 @@
 the same, which CPU ops disappeared or appeared, per-kernel and per-step GPU times, and the HBM
 bytes that each side's extra kernels had to move.
 
-    uv run python -m common.compare traces/03_simple_mlp/{TAG}_eager.json \
+    uv run compare traces/03_simple_mlp/{TAG}_eager.json \
                                     traces/03_simple_mlp/{TAG}_compile.json
-    uv run python -m common.compare A B --json
+    uv run compare A B --json
 
 Byte estimate for an extra kernel, from the tensors its launching CPU op recorded
 (record_shapes), each a minimum:
@@ -30,10 +30,10 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from common.commandline import Parser
-from common.explain import dump_json, load_or_exit, stdout_closed
-from common.reading.kernel_names import labels
-from common.reading.trace_reader import GpuItem, Trace
+from tracereader.commandline import Parser
+from tracereader.explain import dump_json, load_or_exit, stdout_closed
+from tracereader.kernel_names import labels
+from tracereader.load import GpuItem, Trace
 
 LABEL_WIDTH = 44
 
@@ -245,12 +245,12 @@ def text(result: dict) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = Parser(prog="python -m common.compare", description=__doc__)
+    parser = Parser(prog="compare", description=__doc__)
     parser.add_argument("trace_a", help="the baseline trace (e.g. eager)")
     parser.add_argument("trace_b", help="the variant (e.g. compiled, or Liger)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
-    from common.reading import ranks  # a folder (or stem) of <stem>_rank<r>.json: runs side by side
+    from tracereader import ranks  # a folder (or stem) of <stem>_rank<r>.json: runs side by side
 
     if ranks.is_run(args.trace_a) or ranks.is_run(args.trace_b):
         return ranks.compare_main(args)
@@ -265,5 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console command (`uv run explain`, `uv run compare`): main's code is the exit code."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
