@@ -331,6 +331,7 @@ def profile_backend(backend: str, args, run: cli.Run, q, k, v, ref: dict) -> Res
         check.against_reference(y, ref["out"], run.dtype)
         del y
 
+        profiling.reset_peak_memory(run)  # the peak printed below: the profiled steps' own
         # wait steps run untraced, warmup steps are traced and dropped, active steps are kept.
         with profile(
             activities=profiling.activities(run),

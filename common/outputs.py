@@ -29,17 +29,24 @@ class Outputs:
     table: Path
 
 
-def run_tag(shape: str, args: argparse.Namespace, run: Run, *, extra: str | None = None) -> str:
+def run_tag(
+    shape: str,
+    args: argparse.Namespace,
+    run: Run,
+    *,
+    extra: str | None = None,
+    default_schedule: tuple[int, int, int] = DEFAULT_SCHEDULE,
+) -> str:
     """The file stem: the script's shape, then everything else that changes the trace.
 
-    On a GPU with the posts' schedule this is exactly the posts' naming,
+    On a GPU with the lesson's default schedule this is exactly the posts' naming,
     e.g. `64_bf16_cold_eager`; CPU runs and other schedules get a suffix so
     they never overwrite a GPU trace.
     """
     parts = [shape, run.dtype_name] + ([extra] if extra else [])
     parts.append("compile" if args.compile else "eager")
     schedule = (args.wait, args.warmup_steps, args.active)
-    if schedule != DEFAULT_SCHEDULE:
+    if schedule != default_schedule:
         parts.append("w{}-{}-{}".format(*schedule))
     if not run.on_gpu:
         parts.append("cpu")

@@ -119,14 +119,37 @@ def sort_key(run: Run) -> str:
     return "device_time_total" if run.on_gpu else "cpu_time_total"
 
 
+# Device memory allocated when reset_peak_memory last ran, per device: the weights and inputs
+# the profiled steps start from.
+_resident: dict[torch.device, int] = {}
+
+
+def reset_peak_memory(run: Run) -> None:
+    """Start counting peak memory here, so that the peak `show` prints is the profiled steps'
+    own: not the float32 reference's, not an earlier variant's (04_c runs several)."""
+    if run.on_gpu:
+        torch.cuda.synchronize(run.device)
+        torch.cuda.reset_peak_memory_stats(run.device)
+        _resident[run.device] = torch.cuda.memory_allocated(run.device)
+
+
 def show(table: str, outputs: Outputs, run: Run) -> None:
     """Print the table, where the files went, peak memory, and how to look at the trace."""
     print(table)
     print(f"trace: {outputs.trace}")
     print(f"table: {outputs.table}")
     if run.on_gpu:
-        peak = torch.cuda.max_memory_allocated(run.device)
-        print(f"peak device memory in this run: {peak / 2**20:.1f} MiB")
+        peak = torch.cuda.max_memory_allocated(run.device) / 2**20
+        resident = _resident.get(run.device)
+        if resident is None:
+            print(f"peak device memory in this run: {peak:.1f} MiB")
+        else:
+            resident /= 2**20
+            print(
+                f"peak device memory in the profiled steps: {peak:.1f} MiB, of which "
+                f"{resident:.1f} MiB were resident before them (weights, inputs) and "
+                f"{peak - resident:.1f} MiB the forward's own (activations, outputs, workspace)"
+            )
     traces_dir = outputs.trace.parent.parent
     print(
         f"view: drop {outputs.trace} onto https://ui.perfetto.dev, or share the folder with "

@@ -113,3 +113,35 @@ def test_wrong_output_fails_the_correctness_check():
     close[0, 0] = float("nan")
     with pytest.raises(check.MismatchError):
         check.against_reference(close, ref, torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def bf16_gemm():
+    """A real bf16 GEMM at the MLP lessons' output shape ([8192, 768], K = 768) and its float32
+    reference: what a correct lesson output looks like."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(8192, 768, generator=gen).bfloat16()
+    w = (torch.randn(768, 768, generator=gen) / 768**0.5).bfloat16()
+    return x @ w, x.float() @ w.float()
+
+
+def test_a_correct_bf16_gemm_passes_both_checks(bf16_gemm):
+    out, ref = bf16_gemm
+    assert check.against_reference(out, ref, torch.bfloat16) < check.TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda t: t[100].copy_(torch.randn(t.shape[1]).bfloat16()),  # one row of garbage
+        lambda t: t[:8].zero_(),  # eight rows never written
+        lambda t: t[:, 5].mul_(1.5),  # one wrong column (a wrong bias entry)
+    ],
+    ids=["one wrong row", "eight zeroed rows", "one wrong column"],
+)
+def test_a_few_wrong_rows_fail_even_when_the_norm_hides_them(bf16_gemm, damage):
+    out, ref = bf16_gemm
+    bad = out.clone()
+    damage(bad)
+    with pytest.raises(check.MismatchError):
+        check.against_reference(bad, ref, torch.bfloat16)

@@ -289,3 +289,41 @@ print(rc, "torch._inductor" in sys.modules, "torch._dynamo" in sys.modules)
     assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr[-2000:]
     trace = tmp_path / "02_linear" / "b8_in32_out64_bf16_eager_cpu.json"
     assert json.loads(trace.read_text())["traceEvents"]  # the profiler still recorded
+
+
+@pytest.mark.parametrize(
+    "lesson, argv",
+    [
+        ("02_linear", LINEAR),
+        ("04_b_inplace_ops_attention", ["--batch", "1", "--heads", "2", "--seq", "16"]),
+        (
+            "04_c_sdpa_attention",
+            ["--batch", "1", "--heads", "2", "--seq", "16", "--backend", "all"],
+        ),
+    ],
+)
+def test_the_peak_memory_printed_counts_the_profiled_steps_only(
+    lesson, argv, tmp_path, monkeypatch
+):
+    """The peak is reset after the float32 reference is checked and before each profiled loop
+    (each backend's, under 04_c's --backend all), so it is the forward's, not the reference's
+    or the previous backend's."""
+    from common import profiling
+
+    module, events = load_script(lesson), []
+
+    def logged(name, real):
+        def call(*args, **kwargs):
+            events.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(check, "against_reference", logged("check", check.against_reference))
+    monkeypatch.setattr(
+        profiling, "reset_peak_memory", logged("reset", profiling.reset_peak_memory)
+    )
+    monkeypatch.setattr(module, "profile", logged("profile", module.profile))
+    assert run_script(lesson, *argv, "--traces-dir", str(tmp_path)) == 0
+    assert events and len(events) % 3 == 0
+    assert events == ["check", "reset", "profile"] * (len(events) // 3)

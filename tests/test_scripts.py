@@ -5,6 +5,7 @@ hold exactly the recorded steps, and show the dispatch chain the posts describe.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.helpers import inside, read_trace, run_script, steps
 
@@ -43,8 +44,10 @@ def test_three_active_steps_each_with_its_annotation(script, mode, tmp_path, cap
     extra = ["--compile"] if mode == "compile" else []
     events, annotation, trace = run_small(script, tmp_path, *extra)
     recorded = steps(events)
-    # schedule(wait=1, warmup=1, active=3): steps 0 and 1 are dropped, #2..#4 recorded.
-    assert [s["name"] for s in recorded] == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    # schedule(wait=1, warmup=1, active=3): steps 0 and 1 are dropped, #2..#4 recorded; a cold
+    # 01 run records from its first call (wait=0, warmup=0): #0..#2.
+    first = 0 if script == "01_matmul_add" else 2
+    assert [s["name"] for s in recorded] == [f"ProfilerStep#{i}" for i in range(first, first + 3)]
     for step in recorded:
         assert annotation in names_in(step, events)
         if mode == "compile":
@@ -135,3 +138,28 @@ def test_cpu_run_keeps_kineto_quiet(tmp_path, capfd):
     captured = capfd.readouterr()
     assert "USDT" not in captured.err + captured.out
     assert "gpuGetDeviceCount" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_cold_run_records_its_very_first_call(warm, tmp_path, monkeypatch):
+    """Cold means the first call is in the trace: with the post's wait=1 it ran untraced and
+    the first recorded step was as warm as the rest. A warm run warms up, then keeps the
+    post's schedule."""
+    from tests.helpers import load_script
+
+    lesson = load_script("01_matmul_add")
+    calls = []
+    real = lesson.matmul_add
+    # the float32 reference calls it too, on float32 copies: count the bf16 calls only
+    monkeypatch.setattr(lesson, "matmul_add", lambda *a: calls.append(a[0].dtype) or real(*a))
+    extra = ["--warmup"] if warm else []
+    argv = ["--size", "8", "--traces-dir", str(tmp_path), *extra]
+    assert run_script("01_matmul_add", *argv) == 0
+    trace = tmp_path / "01_matmul_add" / f"8_bf16_{'warm' if warm else 'cold'}_eager_cpu.json"
+    recorded = [s["name"] for s in steps(read_trace(trace))]
+    if warm:  # 3 warm-up calls, then wait 1 + warmup 1 + active 3
+        assert recorded == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+        assert calls.count(torch.bfloat16) == 3 + 5
+    else:  # every call is a recorded step
+        assert recorded == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+        assert calls.count(torch.bfloat16) == 3
