@@ -311,6 +311,8 @@ def profile_calls(fn, x, run) -> tuple[bool, Forward | None]:
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
+    compiling = cli.compile_in_process()  # before any torch.compile; the sweep times compiles
+    print(f"compiles run {compiling}")
     variants = choose_variants(args.variants, run.on_gpu)
     shapes = [(b, s, args.hidden) for b, s in args.shapes]
     if args.hidden_change:

@@ -186,7 +186,27 @@ def resolve(args: argparse.Namespace) -> Run:
         )
     device = torch.device("cuda" if args.device != "cpu" and has_gpu else "cpu")
     torch.manual_seed(args.seed)
+    if getattr(args, "compile", False):
+        compile_in_process()
     return Run(device=device, dtype=DTYPES[args.dtype], dtype_name=args.dtype)
+
+
+COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
+
+
+def compile_in_process() -> str:
+    """Have Inductor compile in this process, unless the user chose otherwise; returns what the
+    printed compile time measured.
+
+    A lesson compiles a graph of one or two Triton kernels. Inductor's default is a pool of
+    compile worker processes, one per core: on a 16-core GPU machine it cost seconds to start
+    and about 10 s to shut down at exit (tools/startup_breakdown.py, docs/startup.md), far more
+    than the compile itself. Must run before torch.compile is first called: Inductor's config
+    reads the variable once, when it is imported.
+    """
+    if os.environ.setdefault(COMPILE_THREADS, "1") == "1":
+        return f"in this process, one thread ({COMPILE_THREADS}=1, set by common.cli)"
+    return f"with {COMPILE_THREADS}={os.environ[COMPILE_THREADS]} (yours)"
 
 
 def _cgroup_room() -> int | None:

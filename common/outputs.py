@@ -9,6 +9,8 @@ temporary folder, and any folder the run created, are removed.
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import os
 import shutil
 import tempfile
@@ -16,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from common.cli import Run, UsageError
 
@@ -51,6 +55,26 @@ def run_tag(
     if not run.on_gpu:
         parts.append("cpu")
     return "_".join(parts)
+
+
+def stamp(trace: Path, meta: dict) -> None:
+    """Add top-level keys to an exported Chrome trace, in place. The profiler records the device
+    but not torch's version, and a compiled run is checked against an eager trace only when both
+    came from the same device and torch (common.profiling.look)."""
+    opener = gzip.open if trace.name.endswith(".gz") else open
+    keys = "".join(f"{json.dumps(k)}: {json.dumps(v)}, " for k, v in meta.items())
+    stamped = trace.with_name(f".stamped-{trace.name}")
+    with (
+        opener(trace, "rt", encoding="utf-8") as src,
+        opener(stamped, "wt", encoding="utf-8") as dst,
+    ):
+        head = src.read(4096)
+        brace = head.find("{")
+        if brace < 0:
+            raise OSError(f"{trace.name} is not a JSON object (the exporter wrote {head[:40]!r})")
+        dst.write(head[: brace + 1] + keys + head[brace + 1 :])
+        shutil.copyfileobj(src, dst, 1 << 20)
+    os.replace(stamped, trace)
 
 
 def _exists(path: Path) -> bool:
@@ -155,6 +179,8 @@ def publishing(
         for temp in temps:
             if not temp.is_file() or temp.stat().st_size == 0:
                 raise OSError(f"{temp.name} was not written (the writer reported no error)")
+            if temp.name.endswith((".json", ".json.gz")):
+                stamp(temp, {"torch_version": torch.__version__})
         if agree is not None:
             asked = True
             agree(None)

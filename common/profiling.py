@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from common.cli import Run, command_hint
+from common.cli import Run, command_hint, compile_in_process
 from common.outputs import Outputs
 from tracereader import expectations, findings
 from tracereader import load as trace_reader
@@ -67,9 +67,6 @@ def _skip_the_profilers_inductor_probe() -> None:
         setattr(kineto, name, without_probe)
 
 
-_skip_the_profilers_inductor_probe()
-
-
 def synchronize(run: Run) -> None:
     if run.on_gpu:
         torch.cuda.synchronize(run.device)
@@ -93,7 +90,7 @@ def warm_up(
     if compiling:
         print(
             f"compile: first call took {time.perf_counter() - start:.2f} s "
-            "(Dynamo tracing + Inductor codegen, paid once per shape)"
+            f"(Dynamo tracing + Inductor codegen {compile_in_process()}; paid once per shape)"
         )
     for _ in range(calls - 1):
         out = step()
@@ -104,10 +101,14 @@ def warm_up(
 def activities(run: Run) -> list[ProfilerActivity]:
     """What to record: the CPU always, CUDA on a GPU run.
 
-    On a CPU-only machine Kineto logs its start/stop and a failed GPU probe: noise on a laptop
-    console. Its log level is read when the profiler starts, so it is set here; a user's own
-    KINETO_LOG_LEVEL wins.
+    Two settings ride along, because they must be in place before the profiler starts:
+    - On a CPU-only machine Kineto logs its start/stop and a failed GPU probe: noise on a laptop
+      console. Its log level is read when the profiler starts; a user's own KINETO_LOG_LEVEL wins.
+    - torch's profiler asks, as it starts, whether Inductor uses CUDA graphs, and asking
+      imports Inductor (5 s of an 11 s eager lesson): _skip_the_profilers_inductor_probe
+      answers "no" without the import while nothing has loaded Inductor.
     """
+    _skip_the_profilers_inductor_probe()
     if not run.on_gpu:
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         return [ProfilerActivity.CPU]
@@ -163,15 +164,29 @@ class Seen:
     as_expected: bool
 
 
+def _provenance(trace: trace_reader.Trace) -> str:
+    version = trace.meta.get("torch_version")
+    return f"{trace.device or 'the CPU'}, {f'torch {version}' if version else 'torch unrecorded'}"
+
+
 def look(outputs: Outputs, expect: Expect) -> Seen:
     """Guess first, then look: read the written trace back and hold it to the expectation."""
     trace = trace_reader.load(outputs.trace)
-    sibling_path = None
+    sibling = None
     if expect.gemms_as_in:
-        sibling_path = outputs.trace.with_name(
+        path = outputs.trace.with_name(
             outputs.trace.name.replace("_compile", f"_{expect.gemms_as_in}", 1)
         )
-    sibling = trace_reader.load(sibling_path) if sibling_path and sibling_path.is_file() else None
+        sibling = trace_reader.load(path) if path.is_file() else None
+    if sibling is not None and _provenance(sibling) != _provenance(trace):
+        # Kernel names depend on the GPU and the libraries torch ships: comparing them across
+        # machines would report a mismatch the code did not cause.
+        print(
+            f"note: the {expect.gemms_as_in} trace beside this one came from "
+            f"{_provenance(sibling)}, this one from {_provenance(trace)}: GEMM names not "
+            f"compared (record both on one machine)"
+        )
+        sibling = None
     verdict = expectations.check(trace, expect, sibling=sibling)
     print(expectations.render(verdict, expect))
     print(f"findings (the full reading: {command_hint('explain', outputs.trace)}):")

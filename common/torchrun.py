@@ -45,7 +45,15 @@ import torch.distributed as dist
 
 from common import outputs
 from common.check import MismatchError
-from common.cli import DTYPES, Run, UsageError, _caused_by_interrupt, int_in, one_line
+from common.cli import (
+    DTYPES,
+    Run,
+    UsageError,
+    _caused_by_interrupt,
+    compile_in_process,
+    int_in,
+    one_line,
+)
 from common.outputs import Outputs
 
 DEFAULT_TIMEOUT_S = 120  # a collective or an agreement that takes longer is a failure
@@ -169,6 +177,8 @@ def resolve(args: argparse.Namespace, launch: Launch) -> Run:
             )
         device = torch.device("cpu")
     torch.manual_seed(args.seed)
+    if args.compile:
+        compile_in_process()
     return Run(device=device, dtype=DTYPES[args.dtype], dtype_name=args.dtype)
 
 

@@ -327,3 +327,30 @@ def test_the_peak_memory_printed_counts_the_profiled_steps_only(
     assert run_script(lesson, *argv, "--traces-dir", str(tmp_path)) == 0
     assert events and len(events) % 3 == 0
     assert events == ["check", "reset", "profile"] * (len(events) // 3)
+
+
+def test_importing_the_plumbing_changes_nothing_in_torch():
+    """A reader who copies a lesson's visible loop must get what the lesson got: importing
+    common sets no Inductor variable and patches no profiler method; the calls that need those
+    settings make them (and the compile line says what it measured)."""
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(ROOT)!r})
+os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+from torch.profiler import profiler
+before = profiler._KinetoProfile.start_trace
+import common, common.cli, common.profiling, common.outputs, common.check
+assert "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ
+assert profiler._KinetoProfile.start_trace is before
+print("clean")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "clean", proc.stderr
+
+
+def test_the_compile_line_says_where_inductor_compiled(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    assert run_script("02_linear", *LINEAR, "--compile", "--traces-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out.splitlines()
+    line = next(text for text in out if text.startswith("compile:"))
+    assert "in this process, one thread (TORCHINDUCTOR_COMPILE_THREADS=1" in line

@@ -418,3 +418,32 @@ def test_allocator_calls_inside_the_recorded_steps_are_pointed_out():
     ]
     for trace in quiet:
         assert not [f for f in findings.read(trace) if f.topic == "allocator"], trace.path
+
+
+def test_a_compiled_run_is_not_checked_against_another_machines_eager_trace(tmp_path, capsys):
+    """An H100 eager trace beside an H200 compiled run (or another torch) must not turn
+    different kernel libraries into a MISMATCH: look says why it does not compare them."""
+    import shutil
+
+    from common import outputs, profiling
+
+    lesson = load_script("02_linear")
+    folder = tmp_path / "02_linear"
+    folder.mkdir()
+    compiled = folder / "b8_in4_out6_bf16_compile.json.gz"
+    shutil.copy(H200 / "02_linear" / compiled.name, compiled)
+    eager = folder / "b8_in4_out6_bf16_eager.json.gz"
+    shutil.copy(H200.parent / "h100" / "02_linear" / eager.name, eager)
+    seen = profiling.look(
+        outputs.Outputs(compiled, compiled.with_suffix(".txt")), lesson.EXPECT["compile"]
+    )
+    out = capsys.readouterr().out
+    assert "came from NVIDIA H100 80GB HBM3" in out and "this one from NVIDIA H200" in out
+    assert "GEMM names not compared" in out and "MISMATCH" not in out
+    assert seen.as_expected
+    # Recorded on one machine, the names are compared again.
+    shutil.copy(H200 / "02_linear" / eager.name, eager)
+    profiling.look(
+        outputs.Outputs(compiled, compiled.with_suffix(".txt")), lesson.EXPECT["compile"]
+    )
+    assert "GEMM names equal eager's" in capsys.readouterr().out

@@ -59,6 +59,7 @@ META_KEYS = frozenset(
         "record_shapes",
         "trace_id",
         "traceName",
+        "torch_version",  # added by the lessons when they publish a trace (torch does not)
     }
 )
 CPU_ARGS = ("Input Dims", "Input type")  # what compare reads; strides and values are dropped
