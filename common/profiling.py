@@ -9,6 +9,7 @@ untraced, `warmup` steps are traced and thrown away, and only `active` steps rea
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -169,8 +170,12 @@ def _provenance(trace: trace_reader.Trace) -> str:
     return f"{trace.device or 'the CPU'}, {f'torch {version}' if version else 'torch unrecorded'}"
 
 
-def look(outputs: Outputs, expect: Expect) -> Seen:
-    """Guess first, then look: read the written trace back and hold it to the expectation."""
+def look(outputs: Outputs, expect: Expect, *, cold_steps: int = 0) -> Seen:
+    """Guess first, then look: read the written trace back and hold it to the expectation.
+
+    `cold_steps`: recorded steps that hold start-up on purpose (a cold run's first call, with
+    its compile); the expectation describes the steady state and is held to the steps after
+    them, the findings read them all."""
     trace = trace_reader.load(outputs.trace)
     sibling = None
     if expect.gemms_as_in:
@@ -187,7 +192,12 @@ def look(outputs: Outputs, expect: Expect) -> Seen:
             f"compared (record both on one machine)"
         )
         sibling = None
-    verdict = expectations.check(trace, expect, sibling=sibling)
+    steady = trace
+    if cold_steps and len(trace.steps) > cold_steps:
+        steady = dataclasses.replace(trace, steps=trace.steps[cold_steps:])
+        print(f"(the first {cold_steps} recorded step(s) are the cold start: checked from "
+              f"{steady.steps[0].name} on)")  # fmt: skip
+    verdict = expectations.check(steady, expect, sibling=sibling)
     print(expectations.render(verdict, expect))
     print(f"findings (the full reading: {command_hint('explain', outputs.trace)}):")
     for finding in findings.read(trace):
