@@ -57,24 +57,28 @@ def run_tag(
     return "_".join(parts)
 
 
-def stamp(trace: Path, meta: dict) -> None:
-    """Add top-level keys to an exported Chrome trace, in place. The profiler records the device
-    but not torch's version, and a compiled run is checked against an eager trace only when both
-    came from the same device and torch (common.profiling.look)."""
+def stamp(trace: Path, meta: dict) -> bool:
+    """Add top-level keys to an exported Chrome trace, in place; False (and the file untouched)
+    when it does not start as a JSON object, which the read-back then reports. The profiler
+    records the device but not torch's version, and a compiled run is checked against an eager
+    trace only when both came from the same device and torch (common.profiling.look)."""
     opener = gzip.open if trace.name.endswith(".gz") else open
     keys = "".join(f"{json.dumps(k)}: {json.dumps(v)}, " for k, v in meta.items())
     stamped = trace.with_name(f".stamped-{trace.name}")
-    with (
-        opener(trace, "rt", encoding="utf-8") as src,
-        opener(stamped, "wt", encoding="utf-8") as dst,
-    ):
-        head = src.read(4096)
-        brace = head.find("{")
-        if brace < 0:
-            raise OSError(f"{trace.name} is not a JSON object (the exporter wrote {head[:40]!r})")
-        dst.write(head[: brace + 1] + keys + head[brace + 1 :])
-        shutil.copyfileobj(src, dst, 1 << 20)
+    try:
+        with opener(trace, "rt", encoding="utf-8") as src:
+            head = src.read(4096)
+            if not head.lstrip().startswith("{"):
+                return False
+            with opener(stamped, "wt", encoding="utf-8") as dst:
+                brace = head.index("{")
+                dst.write(head[: brace + 1] + keys + head[brace + 1 :])
+                shutil.copyfileobj(src, dst, 1 << 20)
+    except (OSError, EOFError, UnicodeDecodeError):  # not gzip after all, or not text
+        stamped.unlink(missing_ok=True)
+        return False
     os.replace(stamped, trace)
+    return True
 
 
 def _exists(path: Path) -> bool:
