@@ -151,7 +151,8 @@ def needed(model: list[Kernel], precisions: list[str | None]) -> dict[str, list]
     return out
 
 
-ABOVE = "above the measured ceiling: the ceiling is not a ceiling; re-measure with --fresh-ceilings"
+NOT_A_CEILING = "the ceiling is not a ceiling; re-measure with --fresh-ceilings"
+ABOVE = f"above the measured ceiling: {NOT_A_CEILING}"
 
 
 def _beyond_memory(nbytes: float, l2_bytes: int | None) -> str:
@@ -275,8 +276,8 @@ def floor_rates(
         if rate > rates[p]:
             lines.append(
                 f"{kernel.label} ran at {flop_rate(rate)} (profiled), "
-                f"{rate / ceil[p].per_s:.0%} of the measured {p} ceiling: {ABOVE}. "
-                f"Its rate stands in for the {p} ceiling below"
+                f"{rate / ceil[p].per_s:.0%} of the measured {p} ceiling: {NOT_A_CEILING}. "
+                f"The floors below take its rate as {p}'s"
             )
             rates[p] = rate
     return rates, lines
