@@ -57,25 +57,39 @@ def operations(step: trace_reader.Step) -> list[tuple[str, float]]:
     return [(cls, us) for cls, us in out]
 
 
-def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] | str:
+def matched_times(
+    trace: trace_reader.Trace, model: list[Kernel]
+) -> tuple[list[float | None], list[str]]:
     """Each model kernel's profiled duration (median over steps), matched by class and order;
-    a split-K GEMM's two kernels are one GEMM, timed together."""
-    per_step = []
+    a split-K GEMM's two kernels are one GEMM, timed together. A class whose count in a step
+    differs from the model's is not matched: its kernels get None, and a line says why."""
+    per_step, skipped = [], {}
     for step in trace.steps:
-        times = []
         done = operations(step)
+        by_cls = {}
         for cls, classes in MATCH.items():
             items = [us for kind, us in done if kind in classes]
-            wanted = [k for k in model if k.cls == cls]
-            if len(items) != len(wanted):
-                return (
+            wanted = sum(k.cls == cls for k in model)
+            if len(items) == wanted:
+                by_cls[cls] = iter(us / 1e6 for us in items)
+            else:
+                skipped.setdefault(
+                    cls,
                     f"the trace has {len(items)} {cls}-like kernels per step where the model "
-                    f"has {len(wanted)}: per-kernel comparison skipped"
+                    f"has {wanted}: per-kernel comparison skipped",
                 )
-            times.append(iter(us / 1e6 for us in items))
-        by_cls = dict(zip(MATCH, times, strict=True))
-        per_step.append([next(by_cls[k.cls]) for k in model])
-    return [statistics.median(col) for col in zip(*per_step, strict=True)]
+        per_step.append([next(by_cls[k.cls]) if k.cls in by_cls else None for k in model])
+    times = []
+    for column in zip(*per_step, strict=True):
+        known = [t for t in column if t is not None]
+        times.append(statistics.median(known) if len(known) == len(column) else None)
+    return times, list(skipped.values())
+
+
+def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] | str:
+    """matched_times, all or nothing: every kernel's time, or why not."""
+    times, skipped = matched_times(trace, model)
+    return "; ".join(skipped) if skipped else times
 
 
 def us(seconds: float) -> str:
@@ -259,7 +273,7 @@ def against_ceilings(
 def floor_rates(
     model: list[Kernel],
     precisions: list[str | None],
-    times: list[float] | str,
+    times: list[float | None],
     ceil: dict[str, ceilings.Ceiling],
 ) -> tuple[dict[str, float], list[str]]:
     """The FLOP rate per precision the floors use: the measured ceiling, or the rate of a
@@ -267,10 +281,8 @@ def floor_rates(
     measured), said as a measurement problem: (rates, lines)."""
     rates = {p: ceil[p].per_s for p in set(precisions) if p}
     lines = []
-    if isinstance(times, str):
-        return rates, lines
     for kernel, p, seconds in zip(model, precisions, times, strict=True):
-        if not p or seconds <= 0:
+        if not p or not seconds or seconds <= 0:
             continue
         rate = kernel.flops / seconds
         if rate > rates[p]:
@@ -357,7 +369,7 @@ def report(
     if ceil is None:
         print(f"  profiler: a profiled step took {us(profiled)}, {profiled / t:.2f}x the forward")
         return measured
-    times = kernel_times(recorded, model)
+    times, skipped = matched_times(recorded, model)
     rates, raised = floor_rates(model, precisions, times, ceil)
     for line in raised:
         print(f"  {line}")
@@ -373,12 +385,13 @@ def report(
         f"  floor: {us(floor)} ({bound}-bound); one call / floor = {t / floor:.2f}, "
         f"queued / floor = {queued.median_s / floor:.2f}, GPU busy / floor = {busy / floor:.2f}"
     )
-    if isinstance(times, str):
-        print(f"  per kernel: {times}")
-    else:
+    if any(t is not None for t in times):
         print("  per kernel (profiled durations, median of the recorded steps):")
         for kernel, p, seconds in zip(model, precisions, times, strict=True):
-            print(f"    {kernel_line(kernel, p, seconds, rates, bytes_per_s, l2_bytes)}")
+            if seconds is not None:
+                print(f"    {kernel_line(kernel, p, seconds, rates, bytes_per_s, l2_bytes)}")
+    for line in skipped:
+        print(f"  per kernel: {line}")
     print(
         f"  profiler: a profiled step took {us(profiled)} (step start to last kernel end), "
         f"{profiled / t:.2f}x the one-call forward"
