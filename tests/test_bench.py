@@ -50,10 +50,11 @@ def test_traffic_model_matmul_add_and_linear():
 
 def test_kernel_floor_picks_the_binding_resource():
     gemm = traffic.gemm("g", 8192, 8192, 8192, 2)
-    seconds, by = gemm.floor_s(flops_per_s=700e12, bytes_per_s=4e12)
-    assert by == "matrix" and seconds == pytest.approx(2 * 8192**3 / 700e12)
     add = traffic.elementwise("add", 1 << 20, 2, reads=2)
-    assert add.floor_s(flops_per_s=700e12, bytes_per_s=4e12) == (3 * 2 * (1 << 20) / 4e12, "memory")
+    seconds, by = gemm.floor_s(flops_per_s=700e12, bytes_per_s=4e12)
+    assert by == "matrix" and gemm.floor_s(flops_per_s=700e12, bytes_per_s=8e12)[0] == seconds
+    seconds, by = add.floor_s(flops_per_s=700e12, bytes_per_s=4e12)
+    assert by == "memory" and add.floor_s(flops_per_s=1e12, bytes_per_s=4e12)[0] == seconds
 
 
 def test_timing_harness_median_and_percentiles_on_a_controlled_clock():
