@@ -137,9 +137,9 @@ def named_precisions(trace: trace_reader.Trace, model: list[Kernel]) -> list[str
     """Per model kernel, the precision the name of its GEMM in the trace says ("" where none
     does), matching the model's GEMMs to the last recorded step's in launch order; all "" when
     their counts differ."""
-    none = [""] * len(model)
+    out = [""] * len(model)
     if not trace.steps:
-        return none
+        return out
     gemms = [
         i.klass.facts.get("precision", "")
         for i in trace.steps[-1].gpu
@@ -147,10 +147,10 @@ def named_precisions(trace: trace_reader.Trace, model: list[Kernel]) -> list[str
     ]
     wanted = [n for n, k in enumerate(model) if k.cls == "gemm"]
     if len(gemms) != len(wanted):
-        return none
+        return out
     for n, named in zip(wanted, gemms, strict=True):
-        none[n] = named
-    return none
+        out[n] = named
+    return out
 
 
 def needed(model: list[Kernel], precisions: list[str | None]) -> dict[str, list]:
