@@ -34,7 +34,7 @@ import importlib
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import torch
@@ -435,10 +435,10 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.
     [tokens, hidden]. g and u never reach HBM (eager writes g, u and h and reads them back).
     The down GEMM is unchanged."""
     gate_up = traffic.gemm("gate+up GEMM", tokens, dim, 2 * hidden, elt)
-    fused = traffic.Kernel(
-        "fused gate/up GEMM + GeGLU",
-        "elementwise",  # the class --bench matches to the trace's Triton kernels
-        flops=gate_up.flops,
+    fused = replace(  # gate+up's FLOPs, precision and shape (its ceiling's probe)
+        gate_up,
+        label="fused gate/up GEMM + GeGLU",
+        cls="elementwise",  # the class --bench matches to the trace's Triton kernels
         bytes=gate_up.bytes - tokens * hidden * elt,  # writes [tokens, hidden], not 2 * hidden
     )
     down = traffic.gemm("down_proj GEMM", tokens, hidden, dim, elt)

@@ -318,7 +318,9 @@ def test_traffic_models_count_the_scores_round_trips():
     assert flash.cls == "attention" and flash.flops == gemm_flops // 2
     assert flash.bytes == 4 * sizes.qkv * elt  # q, k, v in, out out: no scores at all
     hub = load_script("04_d_kernels_attention").traffic_model(sizes, elt, "fa2")
-    assert hub == [traffic.Kernel("FlashAttention-2 fwd", "attention", flash.flops, flash.bytes)]
+    assert hub == [
+        traffic.Kernel("FlashAttention-2 fwd", "attention", flash.flops, flash.bytes, elt)
+    ]
     math = load_script("04_c_sdpa_attention").traffic_model(sizes, elt, "math")
     assert sum(k.flops for k in math) == gemm_flops and len(math) > 10
 

@@ -5,16 +5,20 @@ variants refused on a CPU; each forward's kernels and launches read from fake pr
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from common.measuring import bench, ceilings, timing, traffic
 from tests.helpers import load_script, run_script
 from tracereader import load as trace_reader
+from tracereader.kernel_names import TENSOR_CORES
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
+H100_FIXTURES = Path(__file__).parent / "fixtures" / "h100"
 
 
 def test_traffic_model_exact_bytes_for_the_posts_mlp():
@@ -27,9 +31,8 @@ def test_traffic_model_exact_bytes_for_the_posts_mlp():
     # gelu reads g, writes h; mul reads h and u, writes m: 5 x [8192, 3072] bf16
     assert [k.bytes for k in eager[2:4]] == [100_663_296, 150_994_944]
     assert fused[2].bytes == 150_994_944  # reads g and u, writes m
-    intermediate = 8192 * 3072 * 2
-    assert intermediate == 50_331_648  # the post's "around 50 MB"
-    assert traffic.total(eager)[1] - traffic.total(fused)[1] == 2 * intermediate
+    # fusing saves the [8192, 3072] intermediate's write and read back: the post's ~50 MB, twice
+    assert traffic.total(eager)[1] - traffic.total(fused)[1] == 2 * 50_331_648
     assert traffic.total(eager)[0] == traffic.total(fused)[0] == 3 * 2 * 8192 * 768 * 3072
 
 
@@ -47,10 +50,11 @@ def test_traffic_model_matmul_add_and_linear():
 
 def test_kernel_floor_picks_the_binding_resource():
     gemm = traffic.gemm("g", 8192, 8192, 8192, 2)
-    seconds, by = gemm.floor_s(flops_per_s=700e12, bytes_per_s=4e12)
-    assert by == "matrix" and seconds == pytest.approx(2 * 8192**3 / 700e12)
     add = traffic.elementwise("add", 1 << 20, 2, reads=2)
-    assert add.floor_s(flops_per_s=700e12, bytes_per_s=4e12) == (3 * 2 * (1 << 20) / 4e12, "memory")
+    seconds, by = gemm.floor_s(flops_per_s=700e12, bytes_per_s=4e12)
+    assert by == "matrix" and gemm.floor_s(flops_per_s=700e12, bytes_per_s=8e12)[0] == seconds
+    seconds, by = add.floor_s(flops_per_s=700e12, bytes_per_s=4e12)
+    assert by == "memory" and add.floor_s(flops_per_s=1e12, bytes_per_s=4e12)[0] == seconds
 
 
 def test_timing_harness_median_and_percentiles_on_a_controlled_clock():
@@ -83,21 +87,199 @@ def test_timing_harness_keeps_going_until_the_budget():
     assert result.runs == 20 and result.median_s == pytest.approx(0.01)
 
 
-def test_ceilings_are_measured_once_then_cached(tmp_path):
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+class FakeProbes:
+    """Stands in for the GPU's measurements: a rate per (ceiling, probe), every call noted."""
+
+    def __init__(self, rates=None, default=1e14):
+        self.rates, self.default, self.calls = rates or {}, default, []
+
+    def __call__(self, what, probe):
+        self.calls.append((what, probe))
+        return self.rates.get((what, probe), self.default)
+
+
+def test_ceilings_are_measured_per_precision_once_then_cached(tmp_path):
     path = tmp_path / "ceilings.json"
-    measured = []
+    fake = FakeProbes({("bf16", "4096^3"): 8e14, (ceilings.MEMORY, ceilings.COPY): 3e12})
+    first = ceilings.get(H100, "2.11", {ceilings.MEMORY: [], "bf16": []}, fake, path=path)
+    # the copy, and the bf16 squares: nothing for the precisions this run does not need
+    assert sorted({what for what, _ in fake.calls}) == ["bf16", ceilings.MEMORY]
+    assert first["bf16"].per_s == 8e14 and first["bf16"].best == "4096^3"
+    assert first[ceilings.MEMORY].per_s == 3e12 and not first["bf16"].cached
+    again = ceilings.get(H100, "2.11", {ceilings.MEMORY: [], "bf16": []}, fake, path=path)
+    assert len(fake.calls) == 1 + len(ceilings.SQUARES)  # nothing measured twice
+    assert again["bf16"].cached and again["bf16"].per_s == 8e14
+    # a new precision, a new shape, another torch: measured alone, the rest from the cache
+    fake.calls.clear()
+    ceilings.get(H100, "2.11", {"bf16": [(1, 8192, 768, 6144)], "fp32": []}, fake, path=path)
+    assert fake.calls == [("bf16", "8192x768x6144")] + [
+        ("fp32", f"{n}^3") for n in ceilings.SQUARES
+    ]
+    fake.calls.clear()
+    ceilings.get(H100, "2.12", {"bf16": []}, fake, path=path)
+    assert len(fake.calls) == len(ceilings.SQUARES)
+    keys = json.loads(path.read_text())
+    assert f"{H100} | torch 2.11 | fp32" in keys and f"{H100} | torch 2.12 | bf16" in keys
 
-    def measure():
-        measured.append(1)
-        return ceilings.Ceilings(4.2e12, 7.0e14, "measured in a test")
 
-    first, cached = ceilings.get("GPU X | torch 9", measure, path=path)
-    assert not cached and first.bytes_per_s == 4.2e12
-    second, cached = ceilings.get("GPU X | torch 9", measure, path=path)
-    assert cached and second == first and len(measured) == 1
-    ceilings.get("GPU X | torch 9", measure, path=path, fresh=True)
-    ceilings.get("GPU Y | torch 9", measure, path=path)
-    assert len(measured) == 3
+def test_fresh_ceilings_measure_every_needed_probe_again(tmp_path):
+    path = tmp_path / "ceilings.json"
+    ceilings.get(H100, "2.11", {"fp16": []}, FakeProbes(default=5e14), path=path)
+    fake = FakeProbes(default=6e14)
+    found = ceilings.get(H100, "2.11", {"fp16": []}, fake, path=path, fresh=True)
+    assert len(fake.calls) == len(ceilings.SQUARES) and found["fp16"].per_s == 6e14
+    assert not found["fp16"].cached
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[1, 2, 3]",
+        "42",
+        "not json at all",
+        f'{{"{H100} | torch 2.11 | bf16": [1]}}',
+        f'{{"{H100} | torch 2.11 | bf16": {{"4096^3": {{"per_s": "fast"}}}}}}',
+        f'{{"{H100} | torch 2.11 | bf16": {{"4096^3": {{"per_s": -1}}}}}}',
+        f'{{"{H100} | torch 2.11 | bf16": {{"4096^3": 7e14}}}}',
+    ],
+)
+def test_a_damaged_ceilings_cache_is_measured_again_and_repaired(content, tmp_path):
+    path = tmp_path / "ceilings.json"
+    path.write_text(content)
+    fake = FakeProbes(default=7e14)
+    found = ceilings.get(H100, "2.11", {"bf16": []}, fake, path=path)
+    assert ("bf16", "4096^3") in fake.calls and found["bf16"].per_s == 7e14
+    entry = json.loads(path.read_text())[f"{H100} | torch 2.11 | bf16"]
+    assert entry["4096^3"]["per_s"] == 7e14
+
+
+def test_a_probe_that_cannot_run_leaves_the_others_to_decide(tmp_path):
+    path = tmp_path / "ceilings.json"
+    fake = FakeProbes({("fp32", "16384^3"): None}, default=5e13)
+    found = ceilings.get(H100, "2.11", {"fp32": []}, fake, path=path)
+    assert "16384^3" not in found["fp32"].rates and found["fp32"].per_s == 5e13
+    nothing = ceilings.get("GPU X", "2.11", {"fp32": []}, lambda *_: None, path=path)
+    assert nothing == {}
+
+
+LINEAR = load_script("02_linear").traffic_model
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tf32", "judged_by"),
+    [
+        ("bf16", False, "bf16"),
+        ("fp16", False, "fp16"),
+        ("fp32", False, "fp32"),  # torch's default: float32 matmuls on the CUDA cores
+        ("fp32", True, "tf32"),  # allow_tf32 / set_float32_matmul_precision("high")
+    ],
+)
+def test_each_gemm_is_judged_against_the_ceiling_of_its_own_precision(
+    dtype, tf32, judged_by, tmp_path
+):
+    elt = 4 if dtype == "fp32" else 2
+    model = LINEAR(8192, 4096, 4096, elt)
+    fake = FakeProbes()
+    precisions, ceil, _ = bench.judge(
+        model, [""], run_dtype=dtype, tf32=tf32, device_name=H100, torch_version="2.11",
+        measure_fn=fake, path=tmp_path / "ceilings.json",
+    )  # fmt: skip
+    assert precisions == [judged_by]
+    assert set(ceil) == {ceilings.MEMORY, judged_by}  # only what the run needs was measured
+    assert (judged_by, "8192x4096x4096") in fake.calls  # the lesson's own shape among them
+
+
+def test_the_trace_decides_what_a_gemm_computed_in():
+    """04_c's math backend on an H100, bf16 inputs: its GEMMs ran fp32 on the CUDA cores (the
+    kernel names say ffma), so they are judged against fp32's ceiling, whatever TF32 says."""
+    from common import attention_flags
+
+    folder = H100_FIXTURES / "04_c_sdpa_attention"
+    trace = trace_reader.load(folder / "b8_h16_s1024_d64_bf16_eager_math.json.gz")
+    shape = attention_flags.sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
+    model = load_script("04_c_sdpa_attention").traffic_model(shape, 2, "math")
+    named = bench.named_precisions(trace, model)
+    gemms = [n for n, k in enumerate(model) if k.cls == "gemm"]
+    for tf32 in (False, True):
+        precisions = [
+            bench.precision(k, "bf16", named=p, tf32=tf32)
+            for k, p in zip(model, named, strict=True)
+        ]
+        assert {precisions[n] for n in gemms} == {"fp32"}
+        assert set(precisions) == {None, "fp32"}  # no bf16 FLOPs in a math run
+    # a Tensor-core GEMM of the bf16 MLP: bf16's ceiling
+    mlp = trace_reader.load(
+        H100_FIXTURES / "03_fused_mlp" / "b64_s128_d768_h3072_bf16_hopper_eager.json.gz"
+    )
+    fused = load_script("03_fused_mlp").traffic_model(8192, 768, 3072, 2)
+    named = bench.named_precisions(mlp, fused)
+    judged = [
+        bench.precision(k, "bf16", named=p, tf32=False) for k, p in zip(fused, named, strict=True)
+    ]
+    assert named == ["", TENSOR_CORES] and judged == ["bf16", "bf16"]
+
+
+def test_each_ceiling_is_printed_beside_its_datasheet_peak():
+    rates = {"8192^3": 700e12, "4096^3": 767e12}
+    bf16 = ceilings.Ceiling("bf16", 767e12, rates, "2026-11-24", cached=True)
+    line = bf16.describe(H100)
+    assert line.startswith("bf16: measured 767 of a 989 TFLOP/s datasheet bf16 peak (78%, H100")
+    assert "best of 2 matmuls: 4096^3, 2026-11-24 [cached]" in line
+    copy = ceilings.Ceiling(ceilings.MEMORY, 3.01e12, {ceilings.COPY: 3.01e12}, "2026-11-24", False)
+    line = copy.describe("NVIDIA H200")
+    assert line.startswith("memory: measured 3.01 of a 4.80 TB/s datasheet peak (63%, H200")
+    assert ceilings.COPY in line and "[cached]" not in line
+    assert "(no datasheet row for this device)" in bf16.describe("Some Future GPU")
+    assert "(V100's datasheet has no rate)" in bf16.describe("Tesla V100-SXM2-16GB")
+
+
+def test_a_kernel_faster_than_its_ceiling_is_a_measurement_problem_not_a_speed(tmp_path):
+    """The issue's H100 run: 02_linear's bf16 [8192, 4096] x [4096, 4096] GEMM at 801.7 TFLOP/s
+    against a measured 767; and its fp32 twin, once judged against bf16's ceiling (x15)."""
+    model = LINEAR(8192, 4096, 4096, 2)
+    fake = FakeProbes({(ceilings.MEMORY, ceilings.COPY): 3.0e12}, default=767e12)
+    precisions, ceil, lines = bench.judge(
+        model, [""], run_dtype="bf16", tf32=False, device_name=H100, torch_version="2.11",
+        measure_fn=fake, path=tmp_path / "ceilings.json",
+    )  # fmt: skip
+    assert lines[0] == f"ceilings: measured on {H100}, torch 2.11; datasheet beside:"
+    assert "bf16: measured 767 of a 989 TFLOP/s" in "\n".join(lines)
+    seconds = model[0].flops / 801.7e12
+    rates, raised = bench.floor_rates(model, precisions, [seconds], ceil)
+    (said,) = raised
+    assert "801.7 TFLOP/s (profiled), 105% of the measured bf16 ceiling" in said
+    assert bench.NOT_A_CEILING in said
+    line = bench.kernel_line(model[0], "bf16", seconds, rates, 3.0e12)
+    assert line.endswith("x1.00") and "(bf16, " in line  # never x0.96, never "105%"
+    # the whole forward, timed apart, still faster than the floor: said, not printed as a speed
+    out, compute_s, _ = bench.roofline(model, precisions, seconds * 0.97, rates, 3.0e12, how="x")
+    assert compute_s > seconds * 0.97
+    assert f"103% of the bf16 ceiling is {bench.ABOVE}" in out[-1]
+
+    fp32 = LINEAR(8192, 4096, 4096, 4)
+    fake = FakeProbes({("fp32", "8192x4096x4096"): 51e12}, default=45e12)
+    precisions, ceil, _ = bench.judge(
+        fp32, [""], run_dtype="fp32", tf32=False, device_name=H100, torch_version="2.11",
+        measure_fn=fake, path=tmp_path / "ceilings.json",
+    )  # fmt: skip
+    seconds = fp32[0].flops / 48e12
+    rates, raised = bench.floor_rates(fp32, precisions, [seconds], ceil)
+    assert raised == [] and rates == {"fp32": 51e12}
+    assert bench.kernel_line(fp32[0], "fp32", seconds, rates, 3.0e12).endswith("x1.06")
+
+
+def test_bytes_faster_than_the_copy_ceiling_are_explained_by_the_l2_or_flagged():
+    add = traffic.elementwise("add", 1 << 20, 2, reads=2)  # 6.3 MB
+    floor, _ = add.floor_s(flops_per_s=1e15, bytes_per_s=3e12)
+    fits = bench.kernel_line(add, None, floor / 2, {}, 3e12, l2_bytes=50 << 20)
+    assert fits.endswith("x0.50: its 6.3 MB fit in the 52 MB L2, so part of it never went to HBM")
+    assert bench.kernel_line(add, None, floor / 2, {}, 3e12, l2_bytes=1 << 20).endswith(bench.ABOVE)
+    out, _, _ = bench.roofline([add], [None], floor / 2, {}, 3e12, how="one call")
+    assert out[0] == "model: no FLOPs, 6.3 MB through HBM (memory 2.1 us)"
+    assert "(200% of the copy ceiling)" in out[1] and bench.ABOVE in out[2]
 
 
 def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
@@ -113,6 +295,10 @@ def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
     assert 30e-6 < times[2] < 34e-6  # the GeLU kernel, ~32 us on the H200
     wrong = mlp_model(8192, 768, 3072, 2, fused=True)
     assert "per-kernel comparison skipped" in bench.kernel_times(trace, wrong)
+    # the classes that do match are still timed: the GEMMs, judged apart from the GeGLU
+    partial, (why,) = bench.matched_times(trace, wrong)
+    assert partial[2] is None and why.startswith("the trace has 2 elementwise-like kernels")
+    assert [partial[n] for n in (0, 1, 3)] == pytest.approx([times[n] for n in (0, 1, 4)])
     # a profiled step spans from its CPU start to its last kernel's end
     assert 250e-6 < bench.profiled_step_s(trace) < 1e-3
 
@@ -443,3 +629,19 @@ def test_sweep_counts_gpu_work_once_not_the_annotations_over_it():
     ]
     sweep = load_script("03_shape_sweep")
     assert [e.name for e in sweep.gpu_work(events)] == ["nvjet_gemm", "Memset (Device)"]
+
+
+def test_the_tuners_compute_floor_is_beaten_by_no_gemm_timed_beside_it():
+    """The fused MLP's floor takes the best rate of the passes (here the down GEMM's, as in the
+    H100 trace: 750 TFLOP/s against 660 for the 8192^3 matmul), not the square's."""
+    from tests.test_fused_mlp import load_tuner
+
+    m, dim, hidden = 8192, 768, 3072
+    gate_up, down = 2 * m * dim * 2 * hidden, 2 * m * hidden * dim
+    flops = {"8192^3": 2 * 8192**3, "gate+up": gate_up, "fused": gate_up, "down": down}
+    median_us = {"8192^3": 1666.0, "gate+up": 117.3, "fused": 106.3, "down": 51.5}
+    floor_us, lines = load_tuner().compute_floor(gate_up + down, flops, median_us, H100, "bf16")
+    for what, n in flops.items():  # each GEMM's time >= its FLOPs at the floor's rate
+        assert median_us[what] >= n / (gate_up + down) * floor_us * (1 - 1e-12)
+    assert "the best rate measured (down)" in lines[-1]
+    assert "(67% of H100 SXM's datasheet bf16 peak)" in lines[0]

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from common import check, cli, outputs, share
-from common.measuring import ceilings
 from tests.helpers import PROFILER_CALLS, ROOT, load_script, run_script
 
 LINEAR = ["--batch", "8", "--in_dim", "4", "--out_dim", "6"]
@@ -239,17 +238,6 @@ def test_share_command_checks_the_bucket_name_locally(bucket, tmp_path, capsys):
         share.main([str(tmp_path), "-b", bucket])
     assert exit_.value.code == 2
     assert "is not a bucket name" in capsys.readouterr().err
-
-
-def test_ceilings_cache_that_is_not_an_object_is_remeasured(tmp_path):
-    path = tmp_path / "ceilings.json"
-    for content in ("[1, 2, 3]", "42", '{"GPU X | torch 9": [1]}', '{"GPU X | torch 9": {}}'):
-        path.write_text(content)
-        found, cached = ceilings.get(
-            "GPU X | torch 9", lambda: ceilings.Ceilings(1e12, 1e14, "test"), path=path
-        )
-        assert not cached and found.bytes_per_s == 1e12
-        assert json.loads(path.read_text())["GPU X | torch 9"]["flops_per_s"] == 1e14
 
 
 def test_printed_hints_work_from_another_folder(tmp_path, capsys, monkeypatch):

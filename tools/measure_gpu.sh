@@ -20,4 +20,4 @@ for run in "03_simple_mlp.py $mlp" "03_simple_mlp.py $mlp --compile" \
     echo "=== $run"
     $py $run --bench --traces-dir "$traces"
 done > "$out/bench.log" 2>&1
-grep -E "^===|forward:|floor:|achieved:|profiler:|ceilings:" "$out/bench.log"
+grep -E "^===|forward:|floor:|achieved|profiler:|ceilings:|datasheet|not a ceiling" "$out/bench.log"

@@ -1,2 +1,2 @@
-"""Measuring without the profiler: timing, the device's ceilings, traffic models, `--bench`
-(single process and ranks), the shape sweep's report, the measurement caches."""
+"""Measuring without the profiler: timing, the device's ceilings per precision, traffic models,
+`--bench` (single process and ranks), the shape sweep's report. Caches: tracereader.caches."""

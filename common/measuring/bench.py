@@ -1,21 +1,26 @@
 """`--bench`: time the forward without the profiler and hold it against the device's limits.
 
 Prints the median forward time with its spread (on a GPU: after an L2 flush, queued, and the
-host's dispatch time apart); on a GPU also achieved TFLOP/s and TB/s against
-the measured ceilings, the traffic model's bytes and the floor they imply, each kernel's
-profiled duration against its own floor, and how much the profiler inflated a step.
+host's dispatch time apart); on a GPU also achieved TFLOP/s and TB/s against the measured
+ceilings (each kernel's FLOPs against the ceiling of the precision they ran in, the datasheet's
+peak beside), the traffic model's bytes and the floor they imply, each kernel's profiled duration
+against its own floor, and how much the profiler inflated a step. A share above 100% of a
+measured ceiling is printed as what it is, a measurement problem.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 
 from common.cli import Run
 from common.measuring import ceilings, timing, traffic
 from common.measuring.traffic import Kernel
 from tracereader import load as trace_reader
+from tracereader.kernel_names import CUDA_CORES, TENSOR_CORES, TF32
 
 MATCH = {
     "gemm": ("gemm",),
@@ -52,36 +57,267 @@ def operations(step: trace_reader.Step) -> list[tuple[str, float]]:
     return [(cls, us) for cls, us in out]
 
 
-def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] | str:
+def matched_times(
+    trace: trace_reader.Trace, model: list[Kernel]
+) -> tuple[list[float | None], list[str]]:
     """Each model kernel's profiled duration (median over steps), matched by class and order;
-    a split-K GEMM's two kernels are one GEMM, timed together."""
-    per_step = []
+    a split-K GEMM's two kernels are one GEMM, timed together. A class whose count in a step
+    differs from the model's is not matched: its kernels get None, and a line says why."""
+    per_step, skipped = [], {}
     for step in trace.steps:
-        times = []
         done = operations(step)
+        by_cls = {}
         for cls, classes in MATCH.items():
             items = [us for kind, us in done if kind in classes]
-            wanted = [k for k in model if k.cls == cls]
-            if len(items) != len(wanted):
-                return (
+            wanted = sum(k.cls == cls for k in model)
+            if len(items) == wanted:
+                by_cls[cls] = iter(us / 1e6 for us in items)
+            else:
+                skipped.setdefault(
+                    cls,
                     f"the trace has {len(items)} {cls}-like kernels per step where the model "
-                    f"has {len(wanted)}: per-kernel comparison skipped"
+                    f"has {wanted}: per-kernel comparison skipped",
                 )
-            times.append(iter(us / 1e6 for us in items))
-        by_cls = dict(zip(MATCH, times, strict=True))
-        per_step.append([next(by_cls[k.cls]) for k in model])
-    return [statistics.median(col) for col in zip(*per_step, strict=True)]
+        per_step.append([next(by_cls[k.cls]) if k.cls in by_cls else None for k in model])
+    times = []
+    for column in zip(*per_step, strict=True):
+        known = [t for t in column if t is not None]
+        times.append(statistics.median(known) if len(known) == len(column) else None)
+    return times, list(skipped.values())
 
 
-def _us(seconds: float) -> str:
+def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] | str:
+    """matched_times, all or nothing: every kernel's time, or why not."""
+    times, skipped = matched_times(trace, model)
+    return "; ".join(skipped) if skipped else times
+
+
+def us(seconds: float) -> str:
     """Microseconds, with enough digits for sub-microsecond floors."""
     us = seconds * 1e6
     return f"{us:.1f} us" if us >= 1 else f"{us:.3f} us"
 
 
+def flop_count(n: float) -> str:
+    return f"{n / 1e9:.2f} GFLOP" if n >= 1e8 else f"{n / 1e6:.3f} MFLOP"
+
+
+def flop_rate(per_s: float) -> str:
+    return f"{per_s / 1e12:.1f} TFLOP/s" if per_s >= 1e11 else f"{per_s / 1e9:.3f} GFLOP/s"
+
+
+# --- which ceiling a kernel is judged against -------------------------------------------------
+
+NAMED = {TENSOR_CORES: "16-bit", TF32: "tf32", CUDA_CORES: "fp32"}
+
+
+def precision(kernel: Kernel, run_dtype: str, *, named: str = "", tf32: bool) -> str | None:
+    """The precision whose ceiling judges `kernel`'s FLOPs (None: it has none).
+
+    `named`: what the name of the kernel that ran says it computed in (tracereader's GEMM
+    precision, "" when it does not say): it is what ran, so it decides. Else the operands'
+    width: 16-bit operands run on the Tensor cores at the run's dtype; float32 operands on the
+    Tensor cores as tf32 where torch allows TF32 for matmuls (`tf32`:
+    torch.backends.cuda.matmul.allow_tf32, which set_float32_matmul_precision("high") sets),
+    else on the CUDA cores."""
+    if not kernel.flops:
+        return None
+    sixteen = run_dtype if run_dtype in ("bf16", "fp16") else "bf16"
+    by_name = NAMED.get(named)
+    if by_name == "16-bit":
+        return "tf32" if kernel.elt == 4 else sixteen  # float32 operands on Tensor cores: tf32
+    if by_name:
+        return by_name
+    if kernel.elt == 4:
+        return "tf32" if tf32 else "fp32"
+    return sixteen
+
+
+def named_precisions(trace: trace_reader.Trace, model: list[Kernel]) -> list[str]:
+    """Per model kernel, the precision the name of its GEMM in the trace says ("" where none
+    does), matching the model's GEMMs to the last recorded step's in launch order; all "" when
+    their counts differ."""
+    out = [""] * len(model)
+    if not trace.steps:
+        return out
+    gemms = [
+        i.klass.facts.get("precision", "")
+        for i in trace.steps[-1].gpu
+        if i.klass.cls == "gemm" and not i.klass.joins_previous
+    ]
+    wanted = [n for n, k in enumerate(model) if k.cls == "gemm"]
+    if len(gemms) != len(wanted):
+        return out
+    for n, named in zip(wanted, gemms, strict=True):
+        out[n] = named
+    return out
+
+
+def needed(model: list[Kernel], precisions: list[str | None]) -> dict[str, list]:
+    """The ceilings a run needs: memory, and each precision its FLOPs run in with the shapes
+    of its GEMMs of that precision (measured beside the squares)."""
+    out: dict[str, list] = {ceilings.MEMORY: []}
+    for kernel, p in zip(model, precisions, strict=True):
+        if p:
+            out.setdefault(p, [])
+            if kernel.shape:
+                out[p].append(kernel.shape)
+    return out
+
+
+NOT_A_CEILING = "the ceiling is not a ceiling; re-measure with --fresh-ceilings"
+ABOVE = f"above the measured ceiling: {NOT_A_CEILING}"
+
+
+def _beyond_memory(nbytes: float, l2_bytes: int | None) -> str:
+    """Why bytes moved faster than the copy ceiling: the L2 where they fit in it."""
+    if l2_bytes and nbytes <= l2_bytes:
+        return (
+            f"its {nbytes / 1e6:.1f} MB fit in the {l2_bytes / 1e6:.0f} MB L2, so part of it "
+            "never went to HBM"
+        )
+    return ABOVE
+
+
+def roofline(
+    model: list[Kernel],
+    precisions: list[str | None],
+    seconds: float,
+    rates: dict[str, float],
+    bytes_per_s: float,
+    *,
+    how: str,
+    l2_bytes: int | None = None,
+) -> tuple[list[str], float, float]:
+    """The model's FLOPs and bytes against the ceilings, each kernel's FLOPs at its own
+    precision's rate, and what `seconds` achieved: (lines, compute s, memory s). A share above
+    100% of a ceiling is said to be a measurement problem, never printed as a speed."""
+    flops, moved = traffic.total(model)
+    compute_s = sum(k.flops / rates[p] for k, p in zip(model, precisions, strict=True) if p)
+    memory_s = moved / bytes_per_s
+    used = [p for p in ceilings.PRECISIONS if p in precisions]
+    matrix = f"the {used[0]} ceiling" if len(used) == 1 else f"the {'/'.join(used)} ceilings"
+    if used:
+        at = "its ceiling" if len(used) == 1 else "their ceilings"
+        work = f"{flop_count(flops)} ({'/'.join(used)}), {moved / 1e6:.1f} MB through HBM "
+        work += f"(compute {us(compute_s)} at {at}, memory {us(memory_s)})"
+        achieved = f"{flop_rate(flops / seconds)} ({compute_s / seconds:.0%} of {matrix}), "
+    else:
+        work = f"no FLOPs, {moved / 1e6:.1f} MB through HBM (memory {us(memory_s)})"
+        achieved = ""
+    lines = [f"model: {work}"]
+    achieved = f"achieved ({how}): {achieved}{moved / seconds / 1e12:.2f} TB/s "
+    achieved += f"({memory_s / seconds:.0%} of the copy ceiling)"
+    lines.append(achieved)
+    if compute_s > seconds:
+        lines.append(f"  -> {compute_s / seconds:.0%} of {matrix} is {ABOVE}")
+    if memory_s > seconds:
+        lines.append(
+            f"  -> {memory_s / seconds:.0%} of the copy ceiling: {_beyond_memory(moved, l2_bytes)}"
+        )
+    return lines, compute_s, memory_s
+
+
 def gpu_busy_s(trace: trace_reader.Trace) -> float:
     """Median over the recorded steps of the summed durations of their GPU work."""
     return statistics.median(step.gpu_time for step in trace.steps) / 1e6
+
+
+def judge(
+    model: list[Kernel],
+    named: list[str],
+    *,
+    run_dtype: str,
+    tf32: bool,
+    device_name: str,
+    torch_version: str,
+    measure_fn: Callable[[str, str], float | None],
+    fresh: bool = False,
+    path: Path | None = None,
+) -> tuple[list[str | None], dict[str, ceilings.Ceiling] | None, list[str]]:
+    """Each kernel's precision (`named`: what the trace's kernel names say, see precision),
+    the ceilings those need, from the cache or `measure_fn` (None if one could not be
+    measured), and the lines that say them, the datasheet's peak beside each."""
+    precisions = [
+        precision(k, run_dtype, named=n, tf32=tf32) for k, n in zip(model, named, strict=True)
+    ]
+    wanted = needed(model, precisions)
+    ceil = ceilings.get(device_name, torch_version, wanted, measure_fn, path=path, fresh=fresh)
+    lines = [f"ceilings: measured on {device_name}, torch {torch_version}; datasheet beside:"]
+    lines += [f"  {c.describe(device_name)}" for c in ceil.values()]
+    missing = [w for w in wanted if w not in ceil]
+    if missing:
+        lines.append(f"no roofline: the {'/'.join(missing)} ceiling could not be measured")
+        return precisions, None, lines
+    return precisions, ceil, lines
+
+
+def against_ceilings(
+    run: Run, model: list[Kernel], named: list[str] | None = None, *, fresh: bool
+) -> tuple[list[str | None], dict[str, ceilings.Ceiling] | None, list[str]]:
+    """judge() on this run's GPU, with torch's TF32 setting, measuring what is not cached."""
+    import torch
+
+    return judge(
+        model,
+        named or [""] * len(model),
+        run_dtype=run.dtype_name,
+        tf32=torch.backends.cuda.matmul.allow_tf32,
+        device_name=torch.cuda.get_device_name(run.device),
+        torch_version=torch.__version__,
+        measure_fn=lambda what, probe: ceilings.measure(run.device, what, probe),
+        fresh=fresh,
+    )
+
+
+def floor_rates(
+    model: list[Kernel],
+    precisions: list[str | None],
+    times: list[float | None],
+    ceil: dict[str, ceilings.Ceiling],
+) -> tuple[dict[str, float], list[str]]:
+    """The FLOP rate per precision the floors use: the measured ceiling, or the rate of a
+    profiled kernel that ran faster than it (no floor may be beaten by a kernel that was
+    measured), said as a measurement problem: (rates, lines)."""
+    rates = {p: ceil[p].per_s for p in set(precisions) if p}
+    lines = []
+    for kernel, p, seconds in zip(model, precisions, times, strict=True):
+        if not p or not seconds or seconds <= 0:
+            continue
+        rate = kernel.flops / seconds
+        if rate > rates[p]:
+            lines.append(
+                f"{kernel.label} ran at {flop_rate(rate)} (profiled), "
+                f"{rate / ceil[p].per_s:.0%} of the measured {p} ceiling: {NOT_A_CEILING}. "
+                f"The floors below take its rate as {p}'s"
+            )
+            rates[p] = rate
+    return rates, lines
+
+
+def kernel_line(
+    kernel: Kernel,
+    precision: str | None,
+    seconds: float,
+    rates: dict[str, float],
+    bytes_per_s: float,
+    l2_bytes: int | None = None,
+) -> str:
+    """One kernel's profiled time against its floor at its own precision's rate; faster than
+    the floor is a measurement problem (or the L2 at work), never a speed."""
+    floor, by = kernel.floor_s(
+        flops_per_s=rates[precision] if precision else math.inf, bytes_per_s=bytes_per_s
+    )
+    by = precision if by == "matrix" else by
+    line = f"{kernel.label:<26} {us(seconds):>10}   floor {us(floor):>10} "
+    line += f"({by}, {kernel.bytes / 1e6:.1f} MB)"
+    if floor <= 0:
+        return line + "   (nothing to move or compute: no ratio)"
+    ratio = seconds / floor
+    line += f"   x{ratio:.2f}"
+    if ratio < 1 - 1e-9:
+        line += f": {_beyond_memory(kernel.bytes, l2_bytes) if by == 'memory' else ABOVE}"
+    return line
 
 
 def report(
@@ -94,7 +330,7 @@ def report(
 ) -> timing.Timing:
     """`trace` is the run's own profiled trace, already read back by `profiling.look`."""
     measured = timing.time_fn(forward, on_gpu=run.on_gpu)
-    flops, moved = traffic.total(model)
+    flops, _ = traffic.total(model)
     recorded = trace
     profiled = profiled_step_s(recorded)
     t = measured.median_s
@@ -106,7 +342,7 @@ def report(
             "on a CPU, so no roofline claims)"
         )
         print(
-            f"  profiler: a profiled step took {_us(profiled)}, {profiled / t:.1f}x the "
+            f"  profiler: a profiled step took {us(profiled)}, {profiled / t:.1f}x the "
             "benched forward"
         )
         return measured
@@ -116,48 +352,48 @@ def report(
     print(f"  forward, one call (cold L2):  {measured.us()}")
     print(f"  forward, calls queued:        {queued.us()}")
     print(f"  host dispatch per call:       {host.us()}")
-    print(f"  GPU busy per forward:         {_us(busy)} (sum of its kernels' profiled durations)")
+    print(f"  GPU busy per forward:         {us(busy)} (sum of its kernels' profiled durations)")
     if queued.median_s > 1.2 * busy:
         print(
-            f"  -> queued calls take {_us(queued.median_s)} each for {_us(busy)} of GPU work: "
-            f"the CPU's dispatch ({_us(host.median_s)} per call: Python, ATen, Dynamo guards) "
+            f"  -> queued calls take {us(queued.median_s)} each for {us(busy)} of GPU work: "
+            f"the CPU's dispatch ({us(host.median_s)} per call: Python, ATen, Dynamo guards) "
             "is the bottleneck; do_bench's one-call number hides part of it behind its L2 flush"
         )
-    ceil, cached = ceilings.get(
-        ceilings.device_key(run.device),
-        lambda: ceilings.measure(run.device),
-        fresh=args.fresh_ceilings,
+    import torch
+
+    l2_bytes = getattr(torch.cuda.get_device_properties(run.device), "L2_cache_size", None)
+    named = named_precisions(recorded, model)
+    precisions, ceil, lines = against_ceilings(run, model, named, fresh=args.fresh_ceilings)
+    for line in lines:
+        print(f"  {line}")
+    if ceil is None:
+        print(f"  profiler: a profiled step took {us(profiled)}, {profiled / t:.2f}x the forward")
+        return measured
+    times, skipped = matched_times(recorded, model)
+    rates, raised = floor_rates(model, precisions, times, ceil)
+    for line in raised:
+        print(f"  {line}")
+    bytes_per_s = ceil[ceilings.MEMORY].per_s
+    lines, compute_s, memory_s = roofline(
+        model, precisions, t, rates, bytes_per_s, how="one call", l2_bytes=l2_bytes
     )
-    print(f"  ceilings: {ceil.describe()}{' [cached]' if cached else ''}")
-    compute_s, memory_s = flops / ceil.flops_per_s, moved / ceil.bytes_per_s
+    for line in lines:
+        print(f"  {line}")
     floor = max(compute_s, memory_s)
-    print(
-        f"  model: {flops / 1e9:.2f} GFLOP, {moved / 1e6:.1f} MB through HBM "
-        f"(compute {_us(compute_s)}, memory {_us(memory_s)})"
-    )
-    print(
-        f"  achieved (one call): {flops / t / 1e12:.1f} TFLOP/s "
-        f"({flops / t / ceil.flops_per_s:.0%} of the matrix ceiling), "
-        f"{moved / t / 1e12:.2f} TB/s ({moved / t / ceil.bytes_per_s:.0%} of the copy ceiling)"
-    )
     bound = "compute" if compute_s >= memory_s else "memory"
     print(
-        f"  floor: {_us(floor)} ({bound}-bound); one call / floor = {t / floor:.2f}, "
+        f"  floor: {us(floor)} ({bound}-bound); one call / floor = {t / floor:.2f}, "
         f"queued / floor = {queued.median_s / floor:.2f}, GPU busy / floor = {busy / floor:.2f}"
     )
-    times = kernel_times(recorded, model)
-    if isinstance(times, str):
-        print(f"  per kernel: {times}")
-    else:
+    if any(t is not None for t in times):
         print("  per kernel (profiled durations, median of the recorded steps):")
-        for kernel, seconds in zip(model, times, strict=True):
-            k_floor, by = kernel.floor_s(flops_per_s=ceil.flops_per_s, bytes_per_s=ceil.bytes_per_s)
-            print(
-                f"    {kernel.label:<26} {_us(seconds):>10}   floor {_us(k_floor):>10} "
-                f"({by}, {kernel.bytes / 1e6:.1f} MB)   x{seconds / k_floor:.2f}"
-            )
+        for kernel, p, seconds in zip(model, precisions, times, strict=True):
+            if seconds is not None:
+                print(f"    {kernel_line(kernel, p, seconds, rates, bytes_per_s, l2_bytes)}")
+    for line in skipped:
+        print(f"  per kernel: {line}")
     print(
-        f"  profiler: a profiled step took {_us(profiled)} (step start to last kernel end), "
+        f"  profiler: a profiled step took {us(profiled)} (step start to last kernel end), "
         f"{profiled / t:.2f}x the one-call forward"
     )
     return measured

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import Run
-from common.measuring import ceilings, timing, traffic
+from common.measuring import bench, ceilings, timing, traffic
 from common.torchrun import Group
 from tracereader import ranks
 
@@ -44,8 +44,7 @@ class Measured:
     link_bus_bytes_per_s: float | None
     link_measured: str
     link_cached: bool
-    ceilings: ceilings.Ceilings | None  # rank 0's device, GPU only
-    ceilings_cached: bool
+    fresh_ceilings: bool  # --fresh-ceilings: rank 0's report measures them again
 
 
 def _time(fn: Callable[[], object], run: Run) -> timing.Timing:
@@ -93,7 +92,7 @@ def measure(
     args: argparse.Namespace,
 ) -> Measured:
     """Every rank: time `step` (the forward, waited for), then an all-reduce of a tensor like
-    `reduced` (the forward's output) alone, then the link. Rank 0 also gets its ceilings."""
+    `reduced` (the forward's output) alone, then the link."""
     dist.barrier()  # start together: the first all-reduce would otherwise time the stragglers
     forward = _gathered(_time(step, run))
     host = _gathered(timing.time_host(step)) if run.on_gpu else None
@@ -102,13 +101,6 @@ def measure(
         buf = torch.zeros_like(reduced)
         allreduce = _gathered(_time(lambda: dist.all_reduce(buf), run))
     bus, measured, cached = _link(run, group, fresh=args.fresh_ceilings)
-    ceil, ceil_cached = None, False
-    if run.on_gpu and group.rank == 0:  # no collective: the others go on to wait for the verdict
-        ceil, ceil_cached = ceilings.get(
-            ceilings.device_key(run.device),
-            lambda: ceilings.measure(run.device),
-            fresh=args.fresh_ceilings,
-        )
     return Measured(
         world=group.world,
         forward=forward,
@@ -119,21 +111,8 @@ def measure(
         link_bus_bytes_per_s=bus,
         link_measured=measured,
         link_cached=cached,
-        ceilings=ceil,
-        ceilings_cached=ceil_cached,
+        fresh_ceilings=args.fresh_ceilings,
     )
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:.1f} us"
-
-
-def _flop(n: float) -> str:
-    return f"{n / 1e9:.2f} GFLOP" if n >= 1e8 else f"{n / 1e6:.3f} MFLOP"
-
-
-def _rate(per_s: float) -> str:
-    return f"{per_s / 1e12:.1f} TFLOP/s" if per_s >= 1e11 else f"{per_s / 1e9:.3f} GFLOP/s"
 
 
 def _slowest(timings: list[timing.Timing]) -> tuple[int, float]:
@@ -145,27 +124,28 @@ def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
     """Rank 0: what every rank measured, the slowest rank first."""
     n = m.world
     _, forward = _slowest(m.forward)
-    each = ", ".join(f"rank {r} {_us(t.median_s)}" for r, t in enumerate(m.forward))
+    each = ", ".join(f"rank {r} {bench.us(t.median_s)}" for r, t in enumerate(m.forward))
     how = "calls queued" if run.on_gpu else "host clock"
     print("bench (profiler detached; every rank makes the same calls, the slowest sets the pace):")
-    print(f"  forward at N={n} ({how}): {_us(forward)} per call ({each}; {m.forward[0].how})")
+    print(f"  forward at N={n} ({how}): {bench.us(forward)} per call ({each}; {m.forward[0].how})")
     if m.host:
-        print(f"  host dispatch per call:  {_us(_slowest(m.host)[1])} (slowest rank)")
-    flops, moved = traffic.total(model)
-    if run.on_gpu and m.ceilings:
-        c = m.ceilings
-        print(
-            f"  per rank: {_flop(flops)} (1/{n} of the MLP's), {moved / 1e6:.1f} "
-            f"MB through HBM; achieved {_rate(flops / forward)} "
-            f"({flops / forward / c.flops_per_s:.0%} of the matrix ceiling), "
-            f"{moved / forward / 1e12:.2f} TB/s ({moved / forward / c.bytes_per_s:.0%} of the "
-            "copy ceiling)"
-        )
-        print(f"  ceilings: {c.describe()}{' [cached]' if m.ceilings_cached else ''}")
+        print(f"  host dispatch per call:  {bench.us(_slowest(m.host)[1])} (slowest rank)")
+    flops, _ = traffic.total(model)
+    if run.on_gpu:
+        # Rank 0 alone, no collective: the other ranks go on to wait for the verdict.
+        print(f"  per rank (1/{n} of the MLP's), the slowest rank's forward against the ceilings:")
+        precisions, ceil, lines = bench.against_ceilings(run, model, fresh=m.fresh_ceilings)
+        if ceil is not None:
+            rates = {p: ceil[p].per_s for p in precisions if p}
+            lines += bench.roofline(
+                model, precisions, forward, rates, ceil[ceilings.MEMORY].per_s, how="queued"
+            )[0]
+        for line in lines:
+            print(f"    {line}")
     else:
         print(
-            f"  per rank: {_flop(flops)} (1/{n} of the MLP's), achieved "
-            f"{_rate(flops / forward)} on the CPU (no ceilings on a CPU)"
+            f"  per rank: {bench.flop_count(flops)} (1/{n} of the MLP's), achieved "
+            f"{bench.flop_rate(flops / forward)} on the CPU (no ceilings on a CPU)"
         )
     bus = None
     if m.allreduce:
@@ -173,7 +153,7 @@ def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
         bus = 2 * (n - 1) / n * m.reduced_bytes / alone
         print(
             f"  all-reduce alone ({ranks.bytes_text(m.reduced_bytes)}, {m.reduced_shape}): "
-            f"{_us(alone)} -> bus bandwidth 2(N-1)/N x bytes / time = {bus / 1e9:.3g} GB/s, "
+            f"{bench.us(alone)} -> bus bandwidth 2(N-1)/N x bytes / time = {bus / 1e9:.3g} GB/s, "
             f"{alone / forward:.0%} of the forward's time"
         )
         if m.link_bus_bytes_per_s:

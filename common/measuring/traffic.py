@@ -11,7 +11,10 @@ Rules (the minimum, assuming nothing stays in cache between kernels):
 - a batched GEMM is `batch` independent GEMMs in one launch;
 - a fused attention kernel reads q, k, v once and writes its output once: the [seq, seq] scores
   live in on-chip memory and never reach HBM.
-The floor of a kernel is the larger of FLOPs / matrix rate and bytes / memory bandwidth.
+The floor of a kernel is the larger of FLOPs / matrix rate and bytes / memory bandwidth, the
+matrix rate being the ceiling of the precision its FLOPs run in (`--bench` resolves it from `elt`,
+torch's TF32 setting and the kernel's name in the trace). A GEMM keeps its shape, so that the
+ceiling is also measured at the lesson's own shapes.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ class Kernel:
     cls: str  # "gemm", "elementwise", "aten", "memcpy" or "attention": the trace's kernel classes
     flops: int
     bytes: int
+    elt: int = 0  # bytes per element of the operands its FLOPs read (0: no FLOPs)
+    shape: tuple[int, int, int, int] | None = None  # a GEMM's (batch, m, k, n)
 
     def floor_s(self, *, flops_per_s: float, bytes_per_s: float) -> tuple[float, str]:
         """(seconds, what bounds it): the time no implementation can beat."""
@@ -37,13 +42,13 @@ def gemm(
     label: str, m: int, k: int, n: int, elt: int, *, bias: bool = False, accumulate: bool = False
 ) -> Kernel:
     moved = m * k + k * n + m * n + (n if bias else 0) + (m * n if accumulate else 0)
-    return Kernel(label, "gemm", 2 * m * k * n, moved * elt)
+    return Kernel(label, "gemm", 2 * m * k * n, moved * elt, elt, (1, m, k, n))
 
 
 def batched_gemm(label: str, batch: int, m: int, k: int, n: int, elt: int) -> Kernel:
     """`batch` products [m, k] x [k, n] in one launch (torch.bmm, or matmul on 3-D and up)."""
     one = gemm(label, m, k, n, elt)
-    return Kernel(label, "gemm", batch * one.flops, batch * one.bytes)
+    return Kernel(label, "gemm", batch * one.flops, batch * one.bytes, elt, (batch, m, k, n))
 
 
 def elementwise(
@@ -88,7 +93,11 @@ def fused_attention(
     head; a causal kernel skips the key blocks above the diagonal, so it does about half."""
     flops = 2 * 2 * batch_heads * seq * seq * head_dim
     return Kernel(
-        label, "attention", flops // 2 if causal else flops, 4 * batch_heads * seq * head_dim * elt
+        label,
+        "attention",
+        flops // 2 if causal else flops,
+        4 * batch_heads * seq * head_dim * elt,
+        elt,
     )
 
 
