@@ -298,7 +298,8 @@ def test_explain_marks_the_split_k_reduce_in_the_dispatch_chain(capsys):
 def test_explain_shows_each_kernels_footprint_text_and_json(capsys):
     assert explain.main([str(NVJET)]) == 0
     out = capsys.readouterr().out.splitlines()
-    at = next(i for i, line in enumerate(out) if "nvjet_sm90_tst_256x128" in line)
+    listing = next(i for i, line in enumerate(out) if "GPU work, in launch order" in line)
+    at = next(i for i, line in enumerate(out) if i > listing and "nvjet_sm90_tst_256x128" in line)
     assert (
         out[at + 1].split()
         == (
@@ -309,7 +310,7 @@ def test_explain_shows_each_kernels_footprint_text_and_json(capsys):
     )
     assert explain.main([str(NVJET), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    (gemm,) = [i for i in data["steps"][0]["gpu"] if i["class"] == "gemm"]
+    (gemm,) = [i for i in data["traces"][0]["steps"][0]["gpu"] if i["class"] == "gemm"]
     assert {k: gemm["footprint"][k] for k in footprint.FIELDS} == {
         "grid": [2, 66, 1],
         "block": [384, 1, 1],
@@ -321,7 +322,7 @@ def test_explain_shows_each_kernels_footprint_text_and_json(capsys):
     }
     assert gemm["footprint"]["from_footprint"]["theoretical_pct"] == 18.75
     assert gemm["counted_with_previous"] is False
-    memset = next(i for i in data["steps"][0]["gpu"] if i["kind"] == "memset")
+    memset = next(i for i in data["traces"][0]["steps"][0]["gpu"] if i["kind"] == "memset")
     assert memset["footprint"] is None
 
 

@@ -188,7 +188,9 @@ def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
     assert explain.main([str(folder)]) == 0
     assert "2 of 2 ranks, gloo" in capsys.readouterr().out
     assert explain.main([str(folder), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["world"] == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"][0]["world"] == 2
+    assert sorted(t["rank"] for t in data["traces"]) == [0, 1]
     a = folder / TAG.format(mode="eager")
     b = compiled[0] / TAG.format(mode="compile")
     assert compare.main([str(a), str(b)]) == 0
@@ -404,7 +406,8 @@ def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
     assert r0["exposed_us"] == pytest.approx(95 - 15) and r1["exposed_us"] == pytest.approx(30)
     assert r0["wait_us"] == pytest.approx(50) and r1["wait_us"] == pytest.approx(0)
     assert result["skew_us"]["max"] == pytest.approx(50)
-    assert result["straggler"] == {"rank": 1, "steps": 2}
+    # rank 1's host started everything 50 us late: its host, not its GPU, is the late one
+    assert result["straggler"] == {"rank": 1, "steps": 2, "late": "host"}
     coll = result["collective"]
     assert coll["bytes"] == TOKENS * DIM * 2 and coll["transfer_us"] == pytest.approx(45)
     busbw = 2 * (2 - 1) / 2 * TOKENS * DIM * 2 / 45e-6 / 1e9
@@ -420,7 +423,7 @@ def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
 def test_a_missing_rank_is_a_problem_not_a_crash(tmp_path):
     gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=0)
     result = ranks.read_run(tmp_path / "run", {1: tmp_path / "run_rank1.json.gz"})
-    assert result["problems"] == ["rank(s) 0 of 2 missing: the reading covers 1 rank(s)"]
+    assert result["problems"] == ["1 rank(s) of 2 missing (0): the reading covers 1 rank(s)"]
     assert "PROBLEM" in ranks.text(result)
 
 

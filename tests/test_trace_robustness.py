@@ -15,6 +15,7 @@ import pytest
 
 from tracereader import compare, explain, findings
 from tracereader import load as trace_reader
+from tracereader.model import UNNAMED_GPU, WINDOW
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 LINEAR = H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz"
@@ -84,26 +85,29 @@ def test_dev_zero_and_folders_are_refused_at_once(tmp_path, capsys):
     assert "not a regular file" in refused(tmp_path, capsys)
 
 
-def test_no_profiler_step_is_refused_by_both_commands(tmp_path, capsys):
+def test_a_trace_without_profiler_step_is_read_as_one_window(tmp_path, capsys):
+    """A trace profiled without a schedule: the recorded window is the unit, and both the
+    text and the JSON say so (issue 15: such traces were refused)."""
     path = changed(
         tmp_path,
         lambda ev: ev.__setitem__(
             slice(None), [e for e in ev if not str(e.get("name")).startswith("ProfilerStep")]
         ),
     )
-    assert "no recorded ProfilerStep" in refused(path, capsys)
-    # The reader itself still loads it: a lesson's read-back reports it as a health problem.
-    (problem,) = findings.read(trace_reader.load(path))
-    assert problem.problem
+    trace = trace_reader.load(path)
+    (window,) = trace.steps
+    assert trace.unit == "window" and window.name == WINDOW
+    assert len(window.gpu) == 3 and {i.launched_by for i in window.gpu} == {"aten::addmm"}
+    assert not [f for f in findings.read(trace) if f.problem]
+    assert explain.main([str(path)]) == 0
+    assert "no ProfilerStep: the recorded window is one unit" in capsys.readouterr().out
+    assert explain.main([str(path), "--json"]) == 0
+    assert strict_json(capsys.readouterr().out)["traces"][0]["unit"] == "window"
+    assert compare.main([str(path), str(LINEAR)]) == 0
 
 
-def test_steps_whose_ts_are_strings_leave_nothing_to_read(tmp_path, capsys):
-    def stringify_steps(ev):
-        for e in ev:
-            if str(e.get("name")).startswith("ProfilerStep"):
-                e["ts"] = str(e["ts"])
-
-    assert "no recorded ProfilerStep" in refused(changed(tmp_path, stringify_steps), capsys)
+def test_a_trace_with_no_event_the_reader_uses_is_refused(tmp_path, capsys):
+    assert "holds no event" in refused(write(tmp_path, {"traceEvents": []}), capsys)
 
 
 @pytest.mark.parametrize(
@@ -166,7 +170,8 @@ def test_a_malformed_event_is_skipped_and_counted(change, reason, tmp_path, caps
     assert "nan" not in out.replace(str(path), "") and "inf " not in out
     assert explain.main([str(path), "--json"]) == 0
     data = strict_json(capsys.readouterr().out)
-    assert data["findings"][0]["problem"] and "malformed" in data["findings"][0]["message"]
+    found = data["traces"][0]["findings"][0]
+    assert found["problem"] and "malformed" in found["message"]
     assert compare.main([str(path), str(LINEAR), "--json"]) == 0
     strict_json(capsys.readouterr().out)
 
@@ -181,7 +186,7 @@ def test_json_output_is_strict_even_for_non_finite_input(tmp_path, capsys):
     assert "NaN" in path.read_text() and "Infinity" in path.read_text()
     assert explain.main([str(path), "--json"]) == 0
     data = strict_json(capsys.readouterr().out)
-    for step in data["steps"]:  # what is left: the annotation around each forward
+    for step in data["traces"][0]["steps"]:  # what is left: the annotation around each forward
         assert not step["gpu"] and [o["name"] for o in step["cpu_ops"]] == ["linear_fwd"]
     with pytest.raises(ValueError):
         explain.dump_json({"x": float("nan")}, sys.stdout)  # refuses rather than writes NaN
@@ -232,7 +237,9 @@ def test_bare_array_form_and_gzip_read_alike(tmp_path):
     gz = tmp_path / "whole.json.gz"
     gz.write_bytes(gzip.compress(json.dumps(data).encode()))
     a, b = trace_reader.load(bare), trace_reader.load(gz)
-    assert a.device is None and b.device == "NVIDIA H200"  # no metadata in the bare form
+    # No metadata in the bare form: a GPU trace all the same, its GPU's name unknown.
+    assert (a.device, a.device_source) == (UNNAMED_GPU, "GPU events")
+    assert (b.device, b.device_source) == ("NVIDIA H200", "deviceProperties")
     assert [s.op_names() for s in a.steps] == [s.op_names() for s in b.steps]
     assert [[i.name for i in s.gpu] for s in a.steps] == [[i.name for i in s.gpu] for s in b.steps]
 
@@ -304,11 +311,15 @@ def test_a_huge_step_is_capped_in_text_and_complete_in_json(tmp_path, capsys):
     path = write(tmp_path, {"traceEvents": [step, *ops]})
     assert explain.main([str(path)]) == 0
     out = capsys.readouterr().out
+    assert len(out.splitlines()) <= 80 and "aten::op199" not in out  # too big to list by default
+    assert explain.main([str(path), "--ops"]) == 0
+    out = capsys.readouterr().out
     assert "aten::op199" in out and "aten::op200" not in out
     assert "... 250 more (--max-ops)" in out
-    assert explain.main([str(path), "--max-ops", "10"]) == 0
+    assert explain.main([str(path), "--ops", "--max-ops", "10"]) == 0
     assert "... 440 more (--max-ops)" in capsys.readouterr().out
-    assert explain.main([str(path), "--max-ops", "0"]) == 0
+    assert explain.main([str(path), "--ops", "--max-ops", "0"]) == 0
     assert "aten::op449" in capsys.readouterr().out
     assert explain.main([str(path), "--json"]) == 0
-    assert len(strict_json(capsys.readouterr().out)["steps"][0]["cpu_ops"]) == 450
+    steps = strict_json(capsys.readouterr().out)["traces"][0]["steps"]
+    assert len(steps[0]["cpu_ops"]) == 450

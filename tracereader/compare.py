@@ -16,7 +16,14 @@ Byte estimate for an extra kernel, from the tensors its launching CPU op recorde
       it and lists its outputs among its arguments): every tensor argument touched once.
 A memcpy moves its own size twice (read and write), a memset once (write), from the event's
 `bytes`. A kernel launched outside any op that records shapes (a Triton kernel called eagerly)
-has no estimate: the total then says which kernels it leaves out.
+has no estimate: the total then says which kernels it leaves out. No estimate exceeds what the
+device could move in the kernel's time (its datasheet bandwidth, devices.py, x the time): an
+estimate above that is cut to it and marked; on a device the table lacks, the cap is unknown
+and the text says so.
+
+At model scale: step wall time and GPU busy (union) A vs B, time by class, kernels gone, new
+and changed by grouped name (per-step totals), CPU ops whose count or time changed (as HTA's
+TraceDiff), and a verdict in one line.
 
 A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
 and exit code 2.
@@ -30,10 +37,16 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
+from tracereader.analyses import breakdown, tops
 from tracereader.commandline import Parser
+from tracereader.devices import datasheet
 from tracereader.explain import dump_json, load_or_exit, stdout_closed
 from tracereader.kernel_names import labels
 from tracereader.load import GpuItem, Trace
+from tracereader.render import duration
+
+CHANGED = 0.10  # a kernel group or op whose per-step time moves by more than this has changed
+TOP_CHANGES = 12
 
 LABEL_WIDTH = 44
 
@@ -132,6 +145,8 @@ def compare(a: Trace, b: Trace) -> dict:
         return out
 
     extra_a, extra_b = extra(ka, only_a), extra(kb, only_b)
+    _cap(extra_a, a)
+    _cap(extra_b, b)
     bytes_a = sum(e["bytes"] or 0 for e in extra_a)
     bytes_b = sum(e["bytes"] or 0 for e in extra_b)
     unknown = {
@@ -166,7 +181,111 @@ def compare(a: Trace, b: Trace) -> dict:
             "a": statistics.mean(s.gpu_time for s in a.steps) if a.steps else 0,
             "b": statistics.mean(s.gpu_time for s in b.steps) if b.steps else 0,
         },
+        **at_scale(a, b),
     }
+
+
+def _cap(extra: list[dict], trace: Trace) -> None:
+    """Cut each byte estimate to what the device could move in the kernel's time."""
+    sheet = datasheet(trace.device)
+    for e in extra:
+        e["bytes_cap"] = sheet.bytes_per_s * e["us"] * 1e-6 if sheet and e["us"] else None
+        e["capped"] = False
+        if e["bytes"] and e["bytes_cap"] is not None and e["bytes"] > e["bytes_cap"]:
+            e["bytes"], e["capped"] = int(e["bytes_cap"]), True
+
+
+def _per_step(trace: Trace, key) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for step in trace.steps:
+        for item in step.gpu:
+            k = key(item)
+            out[k] = out.get(k, 0.0) + item.dur
+    n = max(len(trace.steps), 1)
+    return {k: v / n for k, v in out.items()}
+
+
+def _ops(trace: Trace) -> dict[str, tuple[float, float]]:
+    """CPU op name -> (count, total us) per step."""
+    out: dict[str, list[float]] = {}
+    for step in trace.steps:
+        for op in step.cpu_ops:
+            row = out.setdefault(op.name, [0, 0.0])
+            row[0] += 1
+            row[1] += op.dur
+    n = max(len(trace.steps), 1)
+    return {k: (c / n, t / n) for k, (c, t) in out.items()}
+
+
+def at_scale(a: Trace, b: Trace) -> dict:
+    """The model-scale comparison: medians per step, by class, kernel groups, CPU ops."""
+
+    def median(trace: Trace, f) -> float | None:
+        return statistics.median(f(s) for s in trace.steps) if trace.steps else None
+
+    wall = {"a": median(a, lambda s: s.dur), "b": median(b, lambda s: s.dur)}
+    busy = {
+        "a": median(a, lambda s: breakdown.busy(s.gpu)),
+        "b": median(b, lambda s: breakdown.busy(s.gpu)),
+    }
+    ca, cb = _per_step(a, breakdown.group), _per_step(b, breakdown.group)
+    ga, gb = (
+        _per_step(a, lambda i: tops.kernel_group(i.name)),
+        _per_step(b, lambda i: tops.kernel_group(i.name)),
+    )
+    changed = [
+        {"name": k, "a_us": ga[k], "b_us": gb[k]}
+        for k in ga.keys() & gb.keys()
+        if abs(gb[k] - ga[k]) > CHANGED * max(ga[k], gb[k])
+    ]
+    oa, ob = _ops(a), _ops(b)
+    ops = [
+        {"name": k, "a": oa.get(k, (0, 0.0)), "b": ob.get(k, (0, 0.0))}
+        for k in oa.keys() | ob.keys()
+        if oa.get(k, (0, 0))[0] != ob.get(k, (0, 0))[0]
+        or abs(ob.get(k, (0, 0.0))[1] - oa.get(k, (0, 0.0))[1])
+        > CHANGED * max(oa.get(k, (0, 0.0))[1], ob.get(k, (0, 0.0))[1])
+    ]
+    ops.sort(key=lambda o: -abs(o["b"][1] - o["a"][1]))
+    return {
+        "step_wall_us": wall,
+        "gpu_busy_us": busy,
+        "by_class_us": {
+            g: {"a": ca.get(g, 0.0), "b": cb.get(g, 0.0)} for g in sorted(ca.keys() | cb.keys())
+        },
+        "kernel_groups": {
+            "gone": sorted(
+                ({"name": k, "a_us": ga[k]} for k in ga.keys() - gb.keys()),
+                key=lambda r: -r["a_us"],
+            ),
+            "new": sorted(
+                ({"name": k, "b_us": gb[k]} for k in gb.keys() - ga.keys()),
+                key=lambda r: -r["b_us"],
+            ),
+            "changed": sorted(changed, key=lambda r: -abs(r["b_us"] - r["a_us"])),
+        },
+        "cpu_ops_changed": [
+            {
+                "name": o["name"],
+                "count": {"a": o["a"][0], "b": o["b"][0]},
+                "us": {"a": o["a"][1], "b": o["b"][1]},
+            }
+            for o in ops
+        ],
+        "verdict": _verdict(wall, busy),
+    }
+
+
+def _verdict(wall: dict, busy: dict) -> str:
+    if not wall["a"] or not wall["b"]:
+        return "nothing to compare"
+    ratio = wall["b"] / wall["a"]
+    speed = "no faster" if 0.97 <= ratio <= 1.03 else ("faster" if ratio < 1 else "slower")
+    line = f"B is {speed}: step {duration(wall['a'])} -> {duration(wall['b'])} ({ratio:.2f}x)"
+    if busy["a"] and busy["b"]:
+        change = busy["b"] / busy["a"]
+        line += f", GPU busy {duration(busy['a'])} -> {duration(busy['b'])} ({change:.2f}x)"
+    return line
 
 
 def _mb(n: int) -> str:
@@ -200,12 +319,16 @@ def text(result: dict) -> str:
         items = result[f"only_in_{side}"]
         if items:
             lines.append(f"only in {side.upper()}:")
-            for e in items:
+            for e in items[:TOP_CHANGES]:
                 moved = f", moves >= {_mb(e['bytes'])}" if e["bytes"] else ""
+                if e["capped"]:
+                    moved += " (cut to what the device moves in its time)"
                 lines.append(
                     f"  {e['us'] or 0:7.1f} us  {e['class']:<11} {short(e['name'])} "
                     f"[{e['reading'] or e['launched_by']}]{moved}"
                 )
+            if len(items) > TOP_CHANGES:
+                lines.append(f"  ... {len(items) - TOP_CHANGES} more (--json lists every one)")
     ba, bb = result["extra_bytes_a"], result["extra_bytes_b"]
     unknown = result["extra_bytes_unknown"]
     if ba or bb or unknown["a"] or unknown["b"]:
@@ -231,7 +354,8 @@ def text(result: dict) -> str:
             "CPU ops only in B (new): "
             + ", ".join(f"{n} x{c}" for n, c in Counter(result["cpu_ops_new"]).items())
         )
-    if result["kernel_avg_us"]:
+    lines += _scale_text(result)
+    if result["kernel_avg_us"] and len(result["kernel_avg_us"]) <= 40:
         names = labels(result["kernel_avg_us"], LABEL_WIDTH)  # unique: no two rows read alike
         lines.append(f"{'average GPU time per kernel (us):':<{LABEL_WIDTH + 2}} {'A':>8} {'B':>8}")
         for name, t in result["kernel_avg_us"].items():
@@ -240,8 +364,34 @@ def text(result: dict) -> str:
             lines.append(f"  {names[name]:<{LABEL_WIDTH}} {fa} {fb}")
     if result["gpu_identical"] is not None:
         g = result["gpu_us_per_step"]
-        lines.append(f"GPU time per step: A {g['a']:.1f} us, B {g['b']:.1f} us")
+        lines.append(f"GPU time per step, durations summed: A {g['a']:.1f} us, B {g['b']:.1f} us")
     return "\n".join(lines)
+
+
+def _scale_text(result: dict) -> list[str]:
+    lines = [f"verdict: {result['verdict']}"]
+    by_class = result["by_class_us"]
+    if by_class:
+        lines.append(f"{'time by class per step (union):':<46} {'A':>10} {'B':>10}")
+        for g, t in sorted(by_class.items(), key=lambda kv: -max(kv[1].values())):
+            lines.append(f"  {g:<44} {duration(t['a']):>10} {duration(t['b']):>10}")
+    groups = result["kernel_groups"]
+    for what, key in (("gone", "a_us"), ("new", "b_us")):
+        if groups[what]:
+            shown = ", ".join(
+                f"{r['name'][:50]} ({duration(r[key])})" for r in groups[what][:TOP_CHANGES]
+            )
+            more = len(groups[what]) - TOP_CHANGES
+            lines.append(
+                f"kernel groups {what} (per step): {shown}" + (f", {more} more" if more > 0 else "")
+            )
+    if groups["changed"]:
+        lines.append("kernel groups changed by over 10% (per step):")
+        for r in groups["changed"][:TOP_CHANGES]:
+            lines.append(
+                f"  {r['name'][:44]:<44} {duration(r['a_us']):>10} {duration(r['b_us']):>10}"
+            )
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,172 +1,40 @@
-"""Explain a profiler trace: per recorded step, the GPU work and who launched it (each kernel
-with its footprint: grid, block, registers, shared memory, the profiler's occupancy estimate
-and the occupancy worked out from the footprint), the CPU dispatch chain, and what a careful
-reader would point at (the Part 1 cheatsheet, grown with Part 3's findings).
+"""Explain any profiler trace: a one-screen summary of where the time went (per step: wall,
+GPU busy and idle, time by kernel class, top kernels and CPU ops, phases, launches,
+host-stalling syncs, collectives), then the findings ranked by the time at stake; for a
+step of the lessons' size, every kernel with its footprint and the CPU dispatch chain.
 
     uv run explain traces/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json
-    uv run explain TRACE --json      # the same, machine-readable (complete)
-    uv run explain TRACE --all-steps # every step in full, not just the first
+    uv run explain TRACE --kernels --step 2   # the third recorded step's GPU work in full
+    uv run explain TRACE --json                # everything, machine-readable (schema 2)
+    uv run explain RANK_FOLDER                 # every rank of one job, side by side
 
-A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
-and exit code 2; single malformed events are skipped and reported as a health problem.
+A trace without ProfilerStep is read as one window. A file that is not a usable trace
+(unreadable, not JSON, no event the reader uses) is one line on stderr and exit code 2;
+single malformed events are skipped and reported as a health problem.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
 
-from tracereader import findings, footprint
+from tracereader import render
 from tracereader.commandline import Parser, non_negative_int
-from tracereader.load import Step, Trace, TraceError, load, silent_ops
-
-NAME_WIDTH = 70
-MAX_OPS = 200  # text mode: lines per list in a step; a step of 100k ops must stay readable
+from tracereader.load import Trace, TraceError, load
+from tracereader.render import MAX_OPS, dump_json, step_text  # noqa: F401 - the commands' API
 
 
-def _name(name: str) -> str:
-    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 3] + "..."
-
-
-def _more(left: int) -> str:
-    return f"... {left} more (--max-ops)"
-
-
-def _occupancy(trace: Trace | None, item) -> footprint.Occupancy | None:
-    if trace is None or item.kind != "kernel":
-        return None
-    return footprint.occupancy(item.args, trace.device_properties(item.args.get("device", 0)))
-
-
-def step_text(
-    step: Step, *, on_gpu: bool, max_ops: int | None = MAX_OPS, trace: Trace | None = None
-) -> list[str]:
-    """A step's reading; with `trace` (for its device properties) each kernel's footprint
-    line also gives the occupancy worked out from it."""
-    lines = [findings.step_summary(step)]
-    if step.gpu:
-        lines.append("  GPU work, in launch order (a kernel's footprint on the line below it):")
-        lines.append(f"    {'us':>8}  {'class':<11} {'launched by':<18} name (reading)")
-        for item in step.gpu[:max_ops]:
-            reading = f" ({item.klass.detail})" if item.klass.detail else ""
-            lines.append(
-                f"    {item.dur:8.1f}  {item.klass.cls:<11} {item.launched_by:<18} "
-                f"{_name(item.name)}{reading}"
-            )
-            if item.kind == "kernel":
-                shape = footprint.describe(item.args, _occupancy(trace, item))
-                if shape:
-                    lines.append(f"{'':14}{shape}")
-        if max_ops is not None and len(step.gpu) > max_ops:
-            lines.append(f"    {_more(len(step.gpu) - max_ops)}")
-    lines.append("  CPU dispatch chain:")
-    for op in step.cpu_ops[:max_ops]:
-        launched = [
-            i.klass.cls + (" (split-K reduce)" if i.klass.joins_previous else "")
-            for i in op.launched
-        ]
-        mark = f"  -> {', '.join(launched)}" if launched else ""
-        lines.append(f"    {'  ' * op.depth}{op.name}{mark}")
-    if max_ops is not None and len(step.cpu_ops) > max_ops:
-        lines.append(f"    {_more(len(step.cpu_ops) - max_ops)}")
-    silent = silent_ops(step) if on_gpu else []  # on a CPU trace nothing launches GPU work
-    if silent:
-        lines.append(f"  launched no GPU work: {', '.join(silent)}")
-    return lines
-
-
-def text(trace: Trace, *, all_steps: bool = False, max_ops: int | None = MAX_OPS) -> str:
-    """The reading for a person. `max_ops` caps each list per step (None: no cap)."""
-    device = trace.device or "CPU only"
-    lines = [f"trace: {trace.path} ({device}, {len(trace.steps)} recorded steps)"]
-    for i, step in enumerate(trace.steps):
-        if i == 0 or all_steps:
-            lines += step_text(step, on_gpu=trace.device is not None, max_ops=max_ops, trace=trace)
-        else:
-            times = ", ".join(f"{item.dur:.1f}" for item in step.gpu[:max_ops])
-            if max_ops is not None and len(step.gpu) > max_ops:
-                times += f", {_more(len(step.gpu) - max_ops)}"
-            lines.append(
-                f"{findings.step_summary(step)}"
-                + (f"; kernel times (us, same order): {times}" if times else "")
-            )
-    lines.append("findings:")
-    lines += [
-        f"  {'PROBLEM: ' if f.problem else ''}[{f.topic}] {f.message}" for f in findings.read(trace)
-    ]
-    return "\n".join(lines)
-
-
-def _footprint(trace: Trace, item) -> dict | None:
-    """A kernel's recorded footprint fields, all of them, and the occupancy worked out from
-    them (None where the device properties or a field is missing)."""
-    if item.kind != "kernel":
-        return None
-    occ = _occupancy(trace, item)
-    return {**footprint.fields(item.args), "from_footprint": occ.as_dict() if occ else None}
-
-
-def _step_dict(trace: Trace, s: Step) -> dict:
-    return {
-        "name": s.name,
-        "cpu_us": s.dur,
-        "gpu_us": s.gpu_time,
-        "gpu": [
-            {
-                "name": i.name,
-                "kind": i.kind,
-                "class": i.klass.cls,
-                "reading": i.klass.detail,
-                "facts": i.klass.facts,
-                "us": i.dur,
-                "launched_by": i.launched_by,
-                "runtime_call": i.runtime,
-                "counted_with_previous": i.klass.joins_previous,
-                "footprint": _footprint(trace, i),
-            }
-            for i in s.gpu
-        ],
-        "cpu_ops": [
-            {"name": o.name, "depth": o.depth, "us": o.dur, "launches": len(o.launched)}
-            for o in s.cpu_ops
-        ],
-        "launched_no_gpu_work": silent_ops(s) if trace.device else None,
-    }
+def text(trace: Trace, **options) -> str:
+    return render.text(trace, **options)
 
 
 def as_dict(trace: Trace) -> dict:
-    return {
-        "path": str(trace.path),
-        "device": trace.device,
-        "steps": [_step_dict(trace, s) for s in trace.steps],
-        "findings": [f.as_dict() for f in findings.read(trace)],
-    }
+    return render.document([render.trace_dict(trace)])
 
 
-def dump_json(data, out: TextIO) -> None:
-    """Strict JSON (NaN and Infinity are not JSON: refuse rather than write them)."""
-    json.dump(data, out, indent=2, allow_nan=False)
-    out.write("\n")
-
-
-def write_json(trace: Trace, out: TextIO) -> None:
-    """as_dict(trace) as `dump_json` writes it, one step at a time: the dicts of a trace of
-    a million events would take more memory than the trace itself."""
-    head = json.dumps(
-        {"path": str(trace.path), "device": trace.device, "steps": []}, indent=2, allow_nan=False
-    )
-    out.write(head[: head.rindex("[") + 1])
-    for i, step in enumerate(trace.steps):
-        body = json.dumps(_step_dict(trace, step), indent=2, allow_nan=False)
-        out.write(("," if i else "") + "\n    " + body.replace("\n", "\n    "))
-    out.write("\n  ]," if trace.steps else "],")
-    found = json.dumps(
-        [f.as_dict() for f in findings.read(trace)], indent=2, allow_nan=False
-    ).replace("\n", "\n  ")
-    out.write(f'\n  "findings": {found}\n}}\n')
+def write_json(trace: Trace, out) -> None:
+    render.write_json(trace, out)
 
 
 def load_or_exit(path: str) -> Trace:
@@ -178,8 +46,7 @@ def load_or_exit(path: str) -> Trace:
         raise SystemExit(2) from None
     if not trace.steps:
         print(
-            f"error: {path} has no recorded ProfilerStep, nothing to read (the schedule's wait "
-            "+ warmup + active was longer than the loop, or prof.step() was never called)",
+            f"error: {path} holds no event this reader uses (no CPU op, runtime call or GPU work)",
             file=sys.stderr,
         )
         raise SystemExit(2)
@@ -195,9 +62,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("trace", help="a trace written by one of the scripts (.json or .json.gz)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument(
-        "--all-steps",
+        "--kernels", action="store_true", help="list a step's GPU work in full (--step)"
+    )
+    parser.add_argument(
+        "--ops", action="store_true", help="list a step's CPU dispatch chain in full (--step)"
+    )
+    parser.add_argument(
+        "--step",
+        type=non_negative_int,
+        metavar="N",
+        help="the recorded step to list (0 = the first, the default)",
+    )
+    parser.add_argument(
+        "--all-steps", action="store_true", help="list every step in full, not just one"
+    )
+    parser.add_argument(
+        "--all-findings",
         action="store_true",
-        help="print every step in full (default: the first in full, then one line per step)",
+        help="every finding, also those under 1%% of the step",
     )
     parser.add_argument(
         "--max-ops",
@@ -205,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=_max_ops,
         default=MAX_OPS,
         metavar="N",
-        help=f"text mode: print at most N CPU ops and N GPU items per step, then how many "
+        help=f"listing: at most N CPU ops and N GPU items per step, then how many "
         f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
     )
     args = parser.parse_args(argv)
@@ -216,11 +98,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ranks.is_run(args.trace):
         return ranks.explain_main(args)
     trace = load_or_exit(args.trace)
+    if args.step is not None and args.step >= len(trace.steps):
+        print(
+            f"error: --step {args.step}: {args.trace} has {len(trace.steps)} recorded "
+            f"step(s), 0 to {len(trace.steps) - 1}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         if args.json:
             write_json(trace, sys.stdout)
         else:
-            print(text(trace, all_steps=args.all_steps, max_ops=args.max_ops))
+            print(
+                text(
+                    trace,
+                    all_steps=args.all_steps,
+                    max_ops=args.max_ops,
+                    kernels=args.kernels,
+                    ops=args.ops,
+                    step=args.step,
+                    all_findings=args.all_findings,
+                )
+            )
     except BrokenPipeError:
         return stdout_closed()
     return 0

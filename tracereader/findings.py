@@ -1,7 +1,11 @@
 """The Part 1 cheatsheet, read off a trace: what a careful reader would point at on screen.
 
-Each finding is one sentence with its evidence. Health problems (a trace that cannot show what
-it was meant to) come first and are marked so a script can refuse to trust the rest.
+Each finding is one sentence with its evidence, the time at stake where it has one (us per
+step and % of the median step) and what to try next. Health problems (a trace that cannot
+show what it was meant to) come first and are marked so a script can refuse to trust the
+rest; then the bound verdict; then the findings with a time at stake, largest first, one per
+kind; then the observations that have none. A finding whose time at stake is under 1% of the
+step is left out unless asked for (`read(trace, everything=True)`).
 
 Part 3 (attention) adds: a GEMM run as split-K (two kernels, one GEMM); a 0% occupancy that is
 a gap in the profiler's estimate, worked out from the kernel's footprint instead; a fused
@@ -18,9 +22,10 @@ import re
 import statistics
 from dataclasses import asdict, dataclass
 
-from tracereader import footprint
+from tracereader import footprint, intervals
+from tracereader.analyses import breakdown, collectives, idle, syncs, variation
 from tracereader.kernel_names import CUDA_CORES, TF32, label, readable
-from tracereader.load import (
+from tracereader.model import (
     CpuOp,
     GpuItem,
     Step,
@@ -53,6 +58,9 @@ ALLOCATOR_CALLS = frozenset(
 )
 SHOWN_STEPS = 5  # steps named in a finding; the rest are counted
 SHOWN_KERNELS = 3  # kernels given a finding each; the rest are counted
+# Per-kernel notes (occupancy, split-K, launch queries) are for steps of the lessons' size;
+# in a model's step of thousands of kernels they are noise (explain --kernels shows each).
+SMALL_STEP = 50
 LOW_OCCUPANCY_PCT = 25  # a theoretical occupancy at or below this is low
 MAIN_KERNEL_SHARE = 0.1  # a kernel with this share of its step's GPU time is a main one
 # An op's own CPU time, outside its children and its runtime calls, that makes a library's
@@ -79,24 +87,66 @@ COPYING_OPS = frozenset(
 )
 
 
+HIDDEN_BELOW = 0.01  # a finding with less than this share of the step at stake is left out
+# Calls a first step makes when start-up work really lands in it.
+START_UP_CALLS = re.compile(
+    r"^(cudaMalloc|cuMemCreate|cuModuleLoad|cuLibraryLoad|cudaGetDeviceProperties)"
+)
+
+
 @dataclass(frozen=True)
 class Finding:
     topic: str
     message: str
     problem: bool = False  # a health problem: the trace cannot show what it should
+    us: float | None = None  # the time at stake per step, where it can be measured
+    pct: float | None = None  # that time as % of the median step
+    next: str = ""  # what to try next
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def read(trace: Trace) -> list[Finding]:
+def step_wall(trace: Trace) -> float:
+    """The median step's wall time (the denominator of every finding's %)."""
+    return statistics.median(s.dur for s in trace.steps) if trace.steps else 0.0
+
+
+def _at_stake(finding: Finding, wall: float) -> Finding:
+    if finding.us is None or finding.pct is not None or wall <= 0:
+        return finding
+    return Finding(**{**asdict(finding), "pct": 100 * finding.us / wall})
+
+
+def read(trace: Trace, everything: bool = False) -> list[Finding]:
+    """The findings, ranked (see the module's docstring); `everything` keeps the small ones."""
+    found, hidden = ranked(trace)
+    return found + hidden if everything else found
+
+
+def ranked(trace: Trace) -> tuple[list[Finding], list[Finding]]:
+    """(the findings shown, those left out for being under 1% of the step)."""
     health = _health(trace)
-    if any(f.problem for f in health) and not trace.steps:
-        return health
-    found = [
-        *health,
+    if not trace.steps:
+        return health, []
+    wall = step_wall(trace)
+    rest = [_at_stake(f, wall) for f in _all(trace) if f is not None]
+    bound = [f for f in rest if f.topic == "bound"]
+    timed = sorted(
+        (f for f in rest if f.us is not None and f.topic != "bound"), key=lambda f: -f.us
+    )
+    plain = [f for f in rest if f.us is None and f.topic != "bound"]
+    shown = [f for f in timed if f.pct is None or f.pct >= 100 * HIDDEN_BELOW]
+    hidden = [f for f in timed if f not in shown]
+    return [*health, *bound, *shown, *plain], hidden
+
+
+def _all(trace: Trace) -> list[Finding | None]:
+    return [
         _allocator(trace),
         _bound(trace),
+        _syncs(trace),
+        _exposed_comm(trace),
         _cold_start(trace),
         *_occupancy(trace),
         *_split_k(trace),
@@ -109,9 +159,8 @@ def read(trace: Trace) -> list[Finding]:
         *_opaque_library(trace),
         *_compile_rows(trace),
         _end_sync(trace),
-        *_variation(trace),
+        _variation(trace),
     ]
-    return [f for f in found if f]
 
 
 def _names_matching(trace: Trace, pattern: re.Pattern) -> dict[str, re.Match | None]:
@@ -146,12 +195,21 @@ def _health(trace: Trace) -> list[Finding]:
         out.append(
             Finding(
                 "health",
-                "no ProfilerStep in the trace: the schedule (wait + warmup "
-                "+ active) was longer than the loop, or prof.step() was never called",
+                "no event to read: the trace holds no CPU op, runtime call or GPU work",
                 problem=True,
             )
         )
-    if trace.has_runtime and trace.steps and trace.gpu_items == 0:
+    elif trace.unit == "window":
+        out.append(
+            Finding(
+                "unit",
+                "no ProfilerStep in the trace (profiled without a schedule, or prof.step() "
+                "never called): the whole recorded window is read as one unit",
+                next="profile with schedule(wait=1, warmup=1, active=2) and call prof.step() "
+                "once per iteration to read steps",
+            )
+        )
+    if trace.has_runtime and trace.steps and not trace.gpu_all:
         out.append(
             Finding(
                 "health",
@@ -201,51 +259,126 @@ def _allocator(trace: Trace) -> Finding | None:
         f"inside the recorded steps, in {_steps_text(where)}: the caching allocator grew "
         "during the steps (e.g. the script keeps every step's output alive), so these steps "
         "are not steady state and their CPU time is inflated",
+        us=total / len(trace.steps),
+        next="free what each step allocates (or warm up until the pool stops growing)",
     )
 
 
 def _bound(trace: Trace) -> Finding | None:
+    """The verdict from the GPU's busy time (union over streams) against the step's wall."""
     if not trace.steps:
         return None
-    cpu = statistics.median(s.dur for s in trace.steps)
-    if trace.device is None:
-        return Finding("bound", f"CPU-only trace: {cpu:.0f} us of CPU time per step, no GPU side")
-    gpu = statistics.median(s.gpu_time for s in trace.steps)
+    cpu = step_wall(trace)
+    unit = "in the window" if trace.unit == "window" else "per step"
+    if not trace.gpu_all:
+        where = f"{trace.device}: " if trace.device else ""
+        return Finding(
+            "bound",
+            f"{'CPU-only trace' if trace.device is None else where + 'no GPU events recorded'}"
+            f": {cpu:.0f} us of CPU time {unit}, no GPU side",
+        )
+    rows = [breakdown.step(s) for s in trace.steps]
+    gpu = statistics.median(r["gpu_busy_us"] for r in rows)
+    waits = statistics.median(idle.split(s)["host_wait_us"] for s in trace.steps)
     if gpu < 0.2 * cpu:
         return Finding(
             "bound",
-            f"overhead-bound: {cpu:.0f} us of CPU time per step against "
-            f"{gpu:.1f} us of GPU work; the GPU mostly waits for launches",
+            f"overhead-bound: the GPU is busy {gpu:.1f} us {unit} (union of its work) of "
+            f"{cpu:.0f} us; it mostly waits for launches",
+            us=waits,
+            next="fewer, larger launches: torch.compile, CUDA graphs, larger batches",
         )
-    if gpu >= cpu:
+    if gpu >= 0.8 * cpu:
         return Finding(
             "bound",
-            f"GPU-bound: {gpu:.0f} us of GPU work per step against "
+            f"GPU-bound: the GPU is busy {gpu:.0f} us {unit} (union of its work) of "
             f"{cpu:.0f} us of CPU time; the launches keep ahead of the GPU",
+            next="the top kernels and classes below are where the time goes",
         )
     return Finding(
         "bound",
-        f"balanced: {gpu:.0f} us of GPU work per step against {cpu:.0f} us "
+        f"balanced: the GPU is busy {gpu:.0f} us {unit} (union of its work) of {cpu:.0f} us "
         "of CPU time (which the profiler inflates); larger shapes tip it GPU-bound",
+        us=waits,
+    )
+
+
+def _syncs(trace: Trace) -> Finding | None:
+    """Host-stalling synchronizations, by the time they blocked the host per step."""
+    rows: dict[str, dict] = {}
+    for step in trace.steps:
+        for row in syncs.step(step):
+            got = rows.setdefault(row["what"], {"count": 0, "us": 0.0, "by": row["by"]})
+            got["count"] += row["count"]
+            got["us"] += row["blocked_us"]
+    if not rows:
+        return None
+    n = len(trace.steps)
+    total = sum(r["us"] for r in rows.values()) / n
+    parts = ", ".join(
+        f"{what} x{r['count'] / n:g} ({r['us'] / n:.0f} us, in {r['by']})"
+        for what, r in sorted(rows.items(), key=lambda kv: -kv[1]["us"])
+    )
+    return Finding(
+        "sync",
+        f"the host stops for the GPU {total:.0f} us per step: {parts}",
+        us=total,
+        next="keep values on the GPU (no .item()/.cpu() inside the step), pin host memory "
+        "(pin_memory=True) and copy with non_blocking=True",
+    )
+
+
+def _exposed_comm(trace: Trace) -> Finding | None:
+    """Communication that no compute hides, per step (by union)."""
+    if not trace.on_gpu:
+        return None
+    rows = [collectives.step(s, trace) for s in trace.steps]
+    if not any(r["collectives"] for r in rows):
+        return None
+    exposed = statistics.median(r["exposed_us"] for r in rows)
+    comm = statistics.median(r["comm_us"] for r in rows)
+    return Finding(
+        "communication",
+        f"{comm:.0f} us of collectives per step, {exposed:.0f} us of it exposed (no compute "
+        "kernel runs meanwhile)",
+        us=exposed,
+        next="overlap it: bucket gradients (DDP), prefetch all-gathers (FSDP), or shrink messages",
     )
 
 
 def _cold_start(trace: Trace) -> Finding | None:
+    """A first step wider than the rest because start-up work landed in it: its GPU work
+    took longer, or it made start-up calls (allocation, module loading) that later steps do
+    not. A first step whose CPU side alone is wider (in every trace the profiler's own start
+    lands there) is no cold start."""
     if len(trace.steps) < 3:
         return None
-    first, rest = trace.steps[0], statistics.median(s.dur for s in trace.steps[1:])
-    if first.dur > 1.5 * rest:
-        return Finding(
-            "cold start",
-            f"{first.name} took {first.dur:.0f} us against {rest:.0f} us "
-            "for the later steps: start-up work landed in it (allocation, library "
-            "heuristics, lazy loading; after a warm-up, the profiler's own start)",
-        )
-    return None
+    first, rest = trace.steps[0], trace.steps[1:]
+    wall = statistics.median(s.dur for s in rest)
+    if first.dur <= 1.5 * wall:
+        return None
+    busy = breakdown.busy(first.gpu)
+    busy_rest = statistics.median(breakdown.busy(s.gpu) for s in rest)
+    later = {c.name for s in rest for c in s.runtime}
+    start_up = sorted(
+        {c.name for c in first.runtime if START_UP_CALLS.match(c.name) and c.name not in later}
+    )
+    if not (busy > 1.5 * busy_rest > 0 or start_up):
+        return None
+    why = f"its GPU work {busy:.0f} us against {busy_rest:.0f} us" if busy > 1.5 * busy_rest else ""
+    if start_up:
+        why += ("; " if why else "") + f"start-up calls only there: {', '.join(start_up)}"
+    return Finding(
+        "cold start",
+        f"{first.name} took {first.dur:.0f} us against {wall:.0f} us for the later steps "
+        f"({why}): start-up work landed in it (allocation, library heuristics, lazy loading)",
+        us=(first.dur - wall) / len(trace.steps),
+        next="warm up before profiling (the schedule's wait and warmup steps)",
+    )
 
 
 def _occupancy(trace: Trace) -> list[Finding]:
-    if trace.device is None or not trace.steps:
+    if trace.device is None or not trace.steps or len(trace.steps[-1].gpu) > SMALL_STEP:
         return []
     step = trace.steps[-1]
     queries = sum(c.name == OCCUPANCY for c in step.runtime)
@@ -319,48 +452,51 @@ def _compile_rows(trace: Trace) -> list[Finding]:
 
 
 def _end_sync(trace: Trace) -> Finding | None:
-    syncs = [c for c in trace.runtime_outside_steps if c.name == "cudaDeviceSynchronize"]
-    if syncs and trace.steps and syncs[-1].ts >= trace.steps[-1].ts:
+    """The cudaDeviceSynchronize after the last step: the profiler's own flush, unless the
+    GPU was still running queued work during it (then it is that work's time)."""
+    syncs_after = [c for c in trace.runtime_outside_steps if c.name == "cudaDeviceSynchronize"]
+    if not (syncs_after and trace.steps and syncs_after[-1].ts >= trace.steps[-1].ts):
+        return None
+    sync = syncs_after[-1]
+    during = intervals.union(
+        (max(i.ts, sync.ts), min(i.ts + i.dur, sync.ts + sync.dur))
+        for i in trace.gpu_all
+        if i.ts < sync.ts + sync.dur and i.ts + i.dur > sync.ts
+    )
+    drained = intervals.length(during)
+    if sync.dur > 0 and drained >= 0.5 * sync.dur:
         return Finding(
             "profiler",
-            f"cudaDeviceSynchronize after the last step "
-            f"({syncs[-1].dur:.0f} us): the profiler flushing its GPU events, not "
-            "your code",
+            f"cudaDeviceSynchronize after the last step ({sync.dur:.0f} us) waits for GPU work "
+            f"still queued ({drained:.0f} us of it runs meanwhile): the last steps' kernels, "
+            "the GPU's time, not the profiler's",
         )
-    return None
+    return Finding(
+        "profiler",
+        f"cudaDeviceSynchronize after the last step ({sync.dur:.0f} us): the profiler "
+        "flushing its GPU events, not your code",
+    )
 
 
-def _variation(trace: Trace) -> list[Finding]:
-    if len(trace.steps) < 2:
-        return []
-    by_position = zip(*(s.gpu for s in trace.steps), strict=False)
-    varied = []  # (spread, position, name, low, high)
-    for position, items in enumerate(by_position):
-        if items[0].kind != "kernel" or any(i.name != items[0].name for i in items):
-            continue
-        durs = [i.dur for i in items]
-        low, high = min(durs), max(durs)
-        if low >= 0.001 and high / low > 1.10:  # a 1 ns floor keeps the ratio finite
-            varied.append((high / low, position, items[0].name, low, high))
-    # A step of thousands of kernels must not bury the other findings: the widest few, in
-    # launch order, and a count of the rest.
-    shown = sorted(sorted(varied, reverse=True)[:SHOWN_STEPS], key=lambda v: v[1])
-    out = [
-        Finding(
-            "variation",
-            f"{label(name, 60)} took {low:.1f} to {high:.1f} us across steps "
-            f"({ratio - 1:.0%} spread): read each step, not only the average",
-        )
-        for ratio, _, name, low, high in shown
-    ]
-    if len(varied) > len(shown):
-        out.append(
-            Finding(
-                "variation",
-                f"{len(varied) - len(shown)} more kernels vary by over 10% across steps",
-            )
-        )
-    return out
+def _variation(trace: Trace) -> Finding | None:
+    """The same kernel (name and launcher) taking different times in different steps, merged
+    into one finding: the widest few named, the rest counted."""
+    varied = variation.read(trace)
+    if not varied:
+        return None
+    shown = varied[:SHOWN_KERNELS]
+    parts = "; ".join(
+        f"{label(v['name'], 60)} (by {v['launched_by']}) took {v['low_us']:.1f} to "
+        f"{v['high_us']:.1f} us across steps ({v['spread']:.0%} spread)"
+        for v in shown
+    )
+    more = f"; {len(varied) - len(shown)} more vary by over 10%" if len(varied) > len(shown) else ""
+    return Finding(
+        "variation",
+        f"{parts}{more}: read each step, not only the average",
+        us=shown[0]["at_stake_us"],
+        next="more steps (active=), a fixed clock, or look for what else ran on the GPU",
+    )
 
 
 # --- what attention's traces show (Part 3) --------------------------------------------------
@@ -397,7 +533,7 @@ def _under(op: CpuOp | None) -> str:
 
 def _split_k(trace: Trace) -> list[Finding]:
     """A GEMM that ran as a product kernel and a split-K reduce kernel."""
-    if trace.device is None or not trace.steps:
+    if trace.device is None or not trace.steps or len(trace.steps[-1].gpu) > SMALL_STEP:
         return []
     out, seen, gemm = [], set(), None
     for item in trace.steps[-1].gpu:
@@ -433,7 +569,7 @@ def _split_k(trace: Trace) -> list[Finding]:
 
 def _occupancy_gap(trace: Trace) -> list[Finding]:
     """Kernels whose recorded occupancy is 0 while their footprint and grid fill SMs."""
-    if trace.device is None or not trace.steps:
+    if trace.device is None or not trace.steps or len(trace.steps[-1].gpu) > SMALL_STEP:
         return []
     gaps = []
     for item in _kernels_once(trace.steps[-1]):
@@ -480,7 +616,7 @@ def _occupancy_gap(trace: Trace) -> list[Finding]:
 
 def _low_occupancy_by_design(trace: Trace) -> list[Finding]:
     """A main kernel whose registers or shared memory per block keep its occupancy low."""
-    if trace.device is None or not trace.steps:
+    if trace.device is None or not trace.steps or len(trace.steps[-1].gpu) > SMALL_STEP:
         return []
     step = trace.steps[-1]
     out = []
@@ -549,6 +685,7 @@ def _clone_memcpy(trace: Trace) -> list[Finding]:
                 f"and works on the copy; the in-place variant ({inplace}) writes into its "
                 "input and skips the copy (safe when nothing needs the old values, e.g. "
                 "under torch.no_grad())",
+                us=item.dur,
             )
         )
     return out
@@ -638,6 +775,8 @@ def _upcast(trace: Trace) -> Finding | None:
         "precision",
         f"float32 inside a {dtype} run: {' and '.join(parts)}{where}: the inputs are "
         f"upcast, so this work runs at float32's speed, not {dtype}'s",
+        us=sum(i.dur for i in gemms) or None,
+        next=f"keep the operands in {dtype} (or allow TF32 where float32 is needed)",
     )
 
 
@@ -684,9 +823,13 @@ def _opaque_library(trace: Trace) -> list[Finding]:
             "the step), with nothing under it that launches GPU work, and then launches one "
             f"kernel, {readable(kernel.name)}, with {kernel.runtime}: the library plans and "
             "launches inside one bar that the profiler cannot see into",
+            us=own,
         )
     ]
 
 
 def step_summary(step: Step) -> str:
-    return f"{step.name}: CPU {step.dur:.0f} us, GPU work {step.gpu_time:.1f} us"
+    return (
+        f"{step.name}: CPU {step.dur:.0f} us, GPU busy {breakdown.busy(step.gpu):.1f} us "
+        f"({len(step.gpu)} GPU items)"
+    )

@@ -26,8 +26,10 @@ Definitions (per rank and recorded step; the text prints medians over the steps)
 - wait inside the all-reduce (GPU): for the k-th collective kernel of a step, the start of
   the last rank's kernel minus this rank's. The last rank's kernel waits for nobody: its
   duration is the transfer time.
-- bus bandwidth: 2(N-1)/N x bytes / transfer time, what nccl-tests calls busbw for an
-  all-reduce (comparable across N, and with the link's). bytes: the reduced tensor's size,
+- bus bandwidth: bytes / transfer time x nccl-tests' factor for the collective's kind and
+  its process group's size N (all-reduce 2(N-1)/N; all-gather, reduce-scatter, all-to-all
+  (N-1)/N; broadcast, send/recv 1: analyses.collectives), medians per kind; comparable
+  across N, and with the link's. bytes: the reduced tensor's size,
   from the kernel's `In msg nelems` and `dtype` when the trace reader keeps them, else from
   the launching op's recorded input dims and type (record_shapes). A CPU trace gives no
   bandwidth: gloo reduces on a thread of its own, which the reader does not keep.
@@ -51,9 +53,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracereader import caches as jsoncache
+from tracereader.analyses import collectives as coll
 from tracereader.load import GpuItem, Step, Trace, TraceError, load
 
-RANK_FILE = re.compile(r"^(?P<stem>.+)_rank(?P<rank>\d+)\.json(?P<gz>\.gz)?$")
+# A rank's trace, named the ways jobs name them: the lessons' `<stem>_rank<r>.json`, HTA's
+# `rank-0.json.gz`, torchtitan's `rank0_trace.json`, plain `rank0.json.gz`.
+RANK_FILE = re.compile(
+    r"^(?P<stem>.*?)[_-]?rank[-_]?(?P<rank>\d+)(?:_trace)?(?:\.pt\.trace)?\.json(?P<gz>\.gz)?$"
+)
+TRACE_FILE = re.compile(r"\.json(\.gz)?$")
 NCCL_KERNEL = re.compile(r"^(void\s+)?nccl", re.IGNORECASE)
 COLLECTIVE_OP = re.compile(
     r"^(c10d::|_c10d_functional::|c10d_functional::|record_param_comms$|nccl:|gloo:)"
@@ -86,8 +94,11 @@ class RunError(Exception):
 
 
 def runs_at(path: str | Path) -> dict[Path, dict[int, Path]]:
-    """The runs a path names: {folder/stem: {rank: file}}. A folder gives every run in it; a
-    path that does not exist names the run whose files are `<path>_rank<r>.json[.gz]`."""
+    """The runs a path names: {folder/stem: {rank: file}}. A folder gives every run in it
+    (files named by rank; else, where it holds folders such as torchtitan's iteration_N/,
+    the runs inside them); a path that does not exist names the run whose files are
+    `<path>_rank<r>.json[.gz]`. A folder of traces named anyhow is one run: ranks from their
+    distributedInfo (read with the traces), here numbered in name order."""
     path = Path(path)
     try:
         if path.is_dir():
@@ -96,16 +107,31 @@ def runs_at(path: str | Path) -> dict[Path, dict[int, Path]]:
             folder, wanted = path.parent, path.name
         else:
             return {}
-        names = sorted(p.name for p in folder.iterdir())
+        entries = sorted(folder.iterdir())
     except OSError:
         return {}
     runs: dict[Path, dict[int, Path]] = {}
-    for name in names:
-        found = RANK_FILE.match(name)
-        if not found or (wanted is not None and found["stem"] != wanted):
+    loose = []
+    for entry in entries:
+        if not entry.is_file():
             continue
-        files = runs.setdefault(folder / found["stem"], {})
-        files.setdefault(int(found["rank"]), folder / name)  # .json sorts before .json.gz
+        found = RANK_FILE.match(entry.name)
+        if not found:
+            if TRACE_FILE.search(entry.name):
+                loose.append(entry)
+            continue
+        if wanted is not None and found["stem"] != wanted:
+            continue
+        stem = folder / found["stem"] if found["stem"] else folder
+        runs.setdefault(stem, {}).setdefault(int(found["rank"]), entry)  # .json before .gz
+    if wanted is None and not runs:
+        if len(loose) > 1:
+            return {folder: dict(enumerate(loose))}
+        for entry in entries:  # iteration_N/ folders, each a run
+            if entry.is_dir():
+                inner = runs_at(entry)
+                if all(p.parent == entry or p == entry for p in inner):
+                    runs.update(inner)
     return runs
 
 
@@ -124,6 +150,9 @@ class Collective:
     dur: float
     bytes: int | None
     shape: str = ""
+    kind: str = "all-reduce"
+    group: int | None = None  # the process group's size
+    launch_ts: float | None = None  # the host's launch call, on the machine's clock
 
 
 @dataclass
@@ -204,29 +233,24 @@ def _op_bytes(op) -> tuple[int, str] | None:
 
 
 def collective_bytes(item: GpuItem) -> tuple[int, str] | None:
-    """The reduced tensor's size: from the kernel's own args when the trace reader keeps
-    them (`In msg nelems`, `dtype`), else from the nearest launching op that recorded its
-    inputs (nccl:all_reduce, then _c10d_functional::all_reduce, ...)."""
-    nelems, dtype = item.args.get("In msg nelems"), item.args.get("dtype")
-    if isinstance(nelems, int) and dtype in DTYPE_BYTES:
-        return nelems * DTYPE_BYTES[dtype], f"{dtype} x{nelems}"
-    op = item.launcher
-    while op is not None:
-        found = _op_bytes(op)
-        if found:
-            return found
-        op = op.parent
-    return None
+    """The message's size (analyses.collectives.message): from the kernel's own args, else
+    from the op that issued it."""
+    size, shape = coll.message(item)
+    return (size, shape) if size else None
 
 
-def _gpu_step(step: Step, base: float) -> RankStep:
+def _gpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     comm = [i for i in step.gpu if is_collective_kernel(i)]
     rest = [i for i in step.gpu if not is_collective_kernel(i)]
     comm_union = _measure([(i.ts, i.ts + i.dur) for i in comm])
     rest_union = _measure([(i.ts, i.ts + i.dur) for i in rest])
     collectives = []
     for item in comm:
-        collectives.append(_collective(item.name, base + item.ts, item.dur, collective_bytes(item)))
+        found = _collective(item.name, base + item.ts, item.dur, collective_bytes(item))
+        found.kind = coll.kind(item)
+        found.group = coll.group_size(item, trace)
+        found.launch_ts = base + item.call.ts if item.call is not None else None
+        collectives.append(found)
     return RankStep(
         name=step.name,
         ts=base + step.ts,
@@ -243,7 +267,7 @@ def _collective(name: str, ts: float, dur: float, size: tuple[int, str] | None) 
     return Collective(name, ts, dur, size[0] if size else None, size[1] if size else "")
 
 
-def _cpu_step(step: Step, base: float) -> RankStep:
+def _cpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     ops = [op for op in step.cpu_ops if COLLECTIVE_OP.match(op.name)]
     comm = _length(_measure([(op.ts, op.end) for op in ops]))
     # One entry per collective issued: the outermost collective op of each nest that is not
@@ -276,26 +300,31 @@ def summarize(trace: Trace, rank_in_name: int) -> RankReading:
             "group is initialised): rank taken from the file name"
         )
     rank = info.get("rank") if isinstance(info.get("rank"), int) else rank_in_name
+    if "rank" not in info and not notes:
+        notes.append(f"{trace.path.name} records no rank: taken from the file name")
     if rank != rank_in_name:
         notes.append(f"{trace.path.name} says it is rank {rank}")
     world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
     base_ns = trace.meta.get("baseTimeNanoseconds")
     base = base_ns / 1e3 if isinstance(base_ns, (int, float)) and math.isfinite(base_ns) else 0.0
-    read = _gpu_step if trace.device is not None else _cpu_step
-    steps = [read(step, base) for step in trace.steps]
+    read = _gpu_step if trace.on_gpu else _cpu_step
+    steps = [read(step, base, trace) for step in trace.steps]
     return RankReading(rank, trace.path, world, backend, trace.device, steps, notes)
 
 
-def read_run(stem: Path, files: dict[int, Path]) -> dict:
-    """The multi-rank reading of one run (a dict: text() prints it, --json dumps it).
-    Raises TraceError for a file that is not a usable trace."""
+def read_run(stem: Path, files: dict[int, Path], each=None) -> dict:
+    """The multi-rank reading of one run (a dict: text() prints it, --json dumps it);
+    `each(trace)` is called on every rank's trace before it is dropped (--json keeps each
+    rank's own reading). Raises TraceError for a file that is not a usable trace."""
     readings = []
     for rank_in_name, path in sorted(files.items()):
         trace = load(path)
         if not trace.steps:
-            raise TraceError(f"{path} has no recorded ProfilerStep, nothing to read")
+            raise TraceError(f"{path} holds no event this reader uses")
         readings.append(summarize(trace, rank_in_name))
+        if each is not None:
+            each(trace)
         del trace
     return analyse(stem, readings)
 
@@ -305,11 +334,6 @@ def read_run(stem: Path, files: dict[int, Path]) -> dict:
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
-
-
-def _bus_factor(world: int) -> float:
-    """nccl-tests' factor for an all-reduce: each rank sends and receives 2(N-1)/N of it."""
-    return 2 * (world - 1) / world
 
 
 def analyse(stem: Path, readings: list[RankReading]) -> dict:
@@ -325,8 +349,9 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
         problems.append(f"the traces disagree on the world size: {sorted(worlds)}")
     missing = [r for r in range(world) if r not in by_rank]
     if missing:
+        listed = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
         problems.append(
-            f"rank(s) {', '.join(map(str, missing))} of {world} missing: the reading covers "
+            f"{len(missing)} rank(s) of {world} missing ({listed}): the reading covers "
             f"{len(by_rank)} rank(s)"
         )
     backends = sorted({r.backend for r in readings if r.backend})
@@ -379,7 +404,15 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
             calls = {r: step_of[r][name].collectives[k] for r in ranks}
             size = next((c.bytes for c in calls.values() if c.bytes), None)
             shape = next((c.shape for c in calls.values() if c.shape), "")
-            item = {"name": calls[ranks[0]].name, "bytes": size, "shape": shape}
+            first_call = calls[ranks[0]]
+            group = first_call.group or world
+            item = {
+                "name": first_call.name,
+                "kind": first_call.kind,
+                "group": group,
+                "bytes": size,
+                "shape": shape,
+            }
             if size:
                 sizes.append(size)
                 shapes[shape] += 1
@@ -393,8 +426,14 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
                     wait = min(max(calls[arrival].ts - call.ts, 0.0), call.dur)
                     item["wait_us"][str(r)] = wait
                     waits[r].append(wait)
-                if size and transfer > 0 and world > 1:
-                    item["bus_GBps"] = _bus_factor(world) * size / (transfer * 1e-6) / 1e9
+                launches = {r: c.launch_ts for r, c in calls.items() if c.launch_ts is not None}
+                if len(launches) == len(calls) and len(calls) > 1:
+                    # The last rank's host launched last too: its host is late; else its GPU
+                    # was still busy with earlier work.
+                    item["late"] = "host" if max(launches, key=launches.get) == arrival else "GPU"
+                factor = coll.bus_factor(first_call.kind, group) if group and group > 1 else None
+                if size and transfer > 0 and factor:
+                    item["bus_GBps"] = factor * size / (transfer * 1e-6) / 1e9
                     transfers.append(transfer)
             entry["collectives"].append(item)
         steps_out.append(entry)
@@ -412,6 +451,18 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
     if on_gpu and bus and device and backend:
         link = cached_link(link_key(device, backend, world))
     median_bus = _median(bus)
+    kinds: dict[str, dict] = {}
+    for s in steps_out:
+        for c in s["collectives"]:
+            row = kinds.setdefault(c.get("kind", "?"), {"bytes": [], "us": [], "bus": [], "n": 0})
+            row["n"] += 1
+            if c["bytes"]:
+                row["bytes"].append(c["bytes"])
+            if "transfer_us" in c:
+                row["us"].append(c["transfer_us"])
+            if "bus_GBps" in c:
+                row["bus"].append(c["bus_GBps"])
+    late = Counter(c["late"] for s in steps_out for c in s["collectives"] if "late" in c)
     return {
         "run": str(stem),
         "world": world,
@@ -423,7 +474,23 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
         "per_rank": per_rank,
         "steps": steps_out,
         "skew_us": {"median": _median(skews), "max": max(skews) if skews else None},
-        "straggler": {"rank": straggler[0], "steps": straggler[1]} if straggler else None,
+        "straggler": {
+            "rank": straggler[0],
+            "steps": straggler[1],
+            "late": late.most_common(1)[0][0] if late else None,
+        }
+        if straggler
+        else None,
+        "by_kind": [
+            {
+                "kind": k,
+                "count": row["n"],
+                "bytes": _median(row["bytes"]),
+                "transfer_us": _median(row["us"]),
+                "bus_GBps": _median(row["bus"]),
+            }
+            for k, row in kinds.items()
+        ],
         "collective": {
             "per_step": per_rank[0]["collectives_per_step"] if per_rank else [],
             "bytes": _median(sizes),
@@ -518,7 +585,7 @@ def text(result: dict) -> str:
         lines.append(line)
     if on_gpu:
         lines.append(
-            "  (step: the CPU's ProfilerStep; waits: time inside the all-reduce spent waiting "
+            "  (step: the CPU's ProfilerStep; waits: time inside the collectives spent waiting "
             "for the last rank to arrive)"
         )
     skew, straggler = result["skew_us"], result["straggler"]
@@ -529,7 +596,9 @@ def text(result: dict) -> str:
         if straggler:
             line += (
                 f"; rank {straggler['rank']} started last in {straggler['steps']} of "
-                f"{result['steps_matched']} steps (the others wait for it inside the all-reduce)"
+                f"{result['steps_matched']} steps (the others wait for it inside the collectives"
+                + (f"; its {straggler['late']} is late" if straggler.get("late") else "")
+                + ")"
             )
         lines.append(line)
     coll = result["collective"]
@@ -552,7 +621,7 @@ def text(result: dict) -> str:
         elif coll["bus_GBps"] is not None:
             line = (
                 f"  transfer (the last rank's kernel) median {_us(coll['transfer_us'])} us -> "
-                f"bus bandwidth 2(N-1)/N x bytes / time = {coll['bus_GBps']:.1f} GB/s"
+                f"bus bandwidth (nccl-tests' factor per kind) = {coll['bus_GBps']:.1f} GB/s"
             )
             lines.append(line)
             if coll["link_GBps"]:
@@ -567,6 +636,13 @@ def text(result: dict) -> str:
                 )
         else:
             lines.append("  bus bandwidth: unknown (the collective's size was not recorded)")
+    for k in result.get("by_kind", []):
+        if len(result.get("by_kind", [])) > 1 or k["kind"] != "all-reduce":
+            bus = f", bus {k['bus_GBps']:.1f} GB/s" if k["bus_GBps"] else ""
+            lines.append(
+                f"  {k['kind']}: {k['count']} in all, median {bytes_text(k['bytes'])}, "
+                f"transfer {_us(k['transfer_us'])} us{bus}"
+            )
     first = result["per_rank"][0]["path"] if result["per_rank"] else None
     if first:
         lines.append(f"one rank in full: uv run explain {first}")
@@ -588,15 +664,23 @@ def _dump(data, out) -> None:
 
 def explain_main(args) -> int:
     """`uv run explain RUN_OR_FOLDER [--json]`: the reading of every run named."""
-    results = []
+    from tracereader import render
+
+    results, traces = [], []
+
+    def keep(trace: Trace) -> None:
+        if args.json:
+            traces.append(render.trace_dict(trace))
+
     try:
         for stem, files in runs_at(args.trace).items():
-            results.append(read_run(stem, files))
+            results.append(read_run(stem, files, keep))
     except TraceError as err:
         return _fail(str(err))
     try:
         if args.json:
-            _dump(results if len(results) > 1 else results[0], sys.stdout)
+            # schema 2: every rank's own reading in `traces`, the cross-rank one in `runs`
+            _dump(render.document(traces, runs=results), sys.stdout)
         else:
             print("\n\n".join(text(r) for r in results))
     except BrokenPipeError:

@@ -1,0 +1,54 @@
+"""How the CPU fed the GPU, over the kernels the steps launched:
+
+launch delay   from the launching runtime call's start to the kernel's start (the time a
+               kernel waited in the queue, plus the launch itself)
+shorter than their launch   kernels whose GPU time is below the runtime call that queued
+               them: the GPU finishes them faster than the CPU can issue them
+queue depth    at each launch, the kernels launched before it and not yet finished: near 0
+               the GPU waits for the CPU, large values mean the CPU runs ahead
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+
+from tracereader.model import Trace
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def read(trace: Trace) -> dict:
+    delays: list[float] = []
+    depths: list[int] = []
+    short = launched = 0
+    for step in trace.steps:
+        ends: list[float] = []  # a heap of the ends of the kernels still queued or running
+        for item in step.gpu:  # in launch order
+            if item.kind != "kernel" or item.call is None:
+                continue
+            launched += 1
+            call = item.call
+            delays.append(item.ts - call.ts)
+            short += item.dur < call.dur
+            while ends and ends[0] <= call.ts:
+                heapq.heappop(ends)
+            depths.append(len(ends))
+            heapq.heappush(ends, item.ts + item.dur)
+    return {
+        "kernels": launched,
+        "launch_delay_us": {
+            "median": statistics.median(delays) if delays else None,
+            "p90": _quantile(delays, 0.9),
+        },
+        "shorter_than_launch": short,
+        "queue_depth": {
+            "median": statistics.median(depths) if depths else None,
+            "max": max(depths) if depths else None,
+        },
+    }

@@ -1,0 +1,81 @@
+"""The top of each list, over every recorded step: kernels by total GPU time (names grouped:
+template arguments, parameter lists and Inductor's numeric suffix dropped), CPU ops by the
+GPU time of the work they launched themselves, and CPU ops by their self time (their time
+minus their children's)."""
+
+from __future__ import annotations
+
+import re
+
+from tracereader.kernel_names import readable
+from tracereader.model import Trace
+
+_SUFFIX = re.compile(r"_\d+$")
+
+
+def kernel_group(name: str) -> str:
+    """A kernel's name for grouping: no `void`, template arguments or parameters, and no
+    trailing number (triton_poi_fused_add_0 and ..._1 are one group)."""
+    bare = readable(name, width=10_000)
+    if "<" in bare:
+        bare = bare.split("<")[0]
+    return _SUFFIX.sub("", bare)
+
+
+def kernels(trace: Trace, n: int) -> tuple[list[dict], float]:
+    """The n kernel groups with the most GPU time, and the total GPU time of all items."""
+    groups: dict[str, dict] = {}
+    total = 0.0
+    for step in trace.steps:
+        for item in step.gpu:
+            total += item.dur
+            key = kernel_group(item.name)
+            row = groups.get(key)
+            if row is None:
+                row = groups[key] = {
+                    "name": key,
+                    "class": item.klass.cls,
+                    "count": 0,
+                    "total_us": 0.0,
+                    "names": set(),
+                }
+            row["count"] += 1
+            row["total_us"] += item.dur
+            row["names"].add(item.name)
+    rows = sorted(groups.values(), key=lambda r: -r["total_us"])
+    for row in rows:
+        row["mean_us"] = row["total_us"] / row["count"]
+        row["pct"] = 100 * row["total_us"] / total if total else 0.0
+        row["distinct_names"] = len(row.pop("names"))
+    return rows[:n], total
+
+
+def ops_by_gpu(trace: Trace, n: int) -> list[dict]:
+    """CPU ops by the GPU time of the work they launched themselves (summed)."""
+    rows: dict[str, dict] = {}
+    for step in trace.steps:
+        for item in step.gpu:
+            if item.launcher is None:
+                continue
+            row = rows.setdefault(
+                item.launcher.name, {"name": item.launcher.name, "gpu_us": 0.0, "launches": 0}
+            )
+            row["gpu_us"] += item.dur
+            row["launches"] += 1
+    return sorted(rows.values(), key=lambda r: -r["gpu_us"])[:n]
+
+
+def ops_by_self(trace: Trace, n: int) -> list[dict]:
+    """CPU ops by self time: their time minus that of the ops nested directly in them."""
+    rows: dict[str, dict] = {}
+    for step in trace.steps:
+        ops = (*step.cpu_ops, *step.other_ops)
+        inner: dict[int, float] = {}
+        for op in ops:
+            if op.parent is not None:
+                inner[id(op.parent)] = inner.get(id(op.parent), 0.0) + op.dur
+        for op in ops:
+            row = rows.setdefault(op.name, {"name": op.name, "self_us": 0.0, "count": 0})
+            row["self_us"] += max(op.dur - inner.get(id(op), 0.0), 0.0)
+            row["count"] += 1
+    return sorted(rows.values(), key=lambda r: -r["self_us"])[:n]

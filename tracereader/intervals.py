@@ -1,0 +1,44 @@
+"""Time accounting by union of intervals: the GPU is busy while at least one of its events
+runs, whatever the number of streams; summing durations counts overlapping work twice."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Interval = tuple[float, float]
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """The union of [start, end) intervals, as sorted disjoint intervals."""
+    merged: list[Interval] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def length(merged: list[Interval]) -> float:
+    return sum(end - start for start, end in merged)
+
+
+def overlap(a: list[Interval], b: list[Interval]) -> float:
+    """Total length where two unions (sorted, disjoint) overlap."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            total += end - start
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def of(items) -> list[Interval]:
+    """The union of GPU items' (or any ts/dur objects') intervals."""
+    return union((i.ts, i.ts + i.dur) for i in items)

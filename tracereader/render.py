@@ -1,0 +1,454 @@
+"""The reading of a trace for a person (text, one screen) and for a program (JSON).
+
+Text: the summary first, at most SCREEN lines for any trace: per step (median and spread)
+wall time, GPU busy and idle (split as HTA splits it), time by class, the top kernels (names
+grouped) and CPU ops, phases, launches, host-stalling syncs, collectives, the whole-trace
+window as HTA reads it, and the findings, ranked. Below it, where a step is small (the
+lessons' size), the step's GPU work and CPU dispatch chain in full; otherwise behind
+`--kernels`, `--ops`, `--step N`.
+
+JSON (`--json`): SCHEMA_VERSION 2, `{"schema_version", "traces": [one per rank]}`, each with
+`path`, `rank`, `device` {name, source}, `unit` ("step" | "window"), `window` (HTA's
+temporal breakdown over the whole trace), `summary` (everything the text summary shows),
+`steps` (every step in full: GPU work with footprints, CPU ops) and `findings` (all of them,
+with the time at stake; `shown` false for those the text leaves out).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import TextIO
+
+from tracereader import findings, footprint
+from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
+from tracereader.model import Step, Trace, silent_ops
+
+SCHEMA_VERSION = 2
+SCREEN = 80  # lines: the summary of any trace fits one screen
+NAME_WIDTH = 70
+MAX_OPS = 200  # listing: lines per list in a step; a step of 100k ops must stay readable
+SMALL_OPS = 60  # a step this small (and findings.SMALL_STEP GPU items) is listed by default
+TOP = 6
+
+
+def duration(us: float | None) -> str:
+    """A duration for a person: us below 10 ms, ms below 10 s, else s."""
+    if us is None:
+        return "-"
+    if abs(us) < 10_000:
+        return f"{us:.1f} us"
+    if abs(us) < 10_000_000:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us / 1e6:.2f} s"
+
+
+def _cut(name: str, width: int = NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def _spread(values: list[float]) -> dict:
+    return {
+        "median": statistics.median(values) if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+    }
+
+
+# --- the summary, as data ----------------------------------------------------------------
+
+
+def summary(trace: Trace) -> dict:
+    rows = [breakdown.step(s) for s in trace.steps]
+    idles = [idle.split(s) for s in trace.steps]
+    groups = sorted({g for r in rows for g in r["by_class_us"]})
+    kernels, gpu_total = tops.kernels(trace, TOP + 2)
+    comm_steps = [collectives.step(s, trace) for s in trace.steps] if trace.on_gpu else []
+    return {
+        "steps": len(trace.steps),
+        "wall_us": _spread([r["wall_us"] for r in rows]),
+        "gpu_busy_us": _spread([r["gpu_busy_us"] for r in rows]),
+        "gpu_sum_us": _spread([r["gpu_sum_us"] for r in rows]),
+        "idle_us": {k: _spread([i[k] for i in idles]) for k in idles[0]} if idles else {},
+        "kernels_per_step": _spread([r["kernels"] for r in rows]),
+        "by_class_us": {
+            g: statistics.median(r["by_class_us"].get(g, 0.0) for r in rows) for g in groups
+        },
+        "top_kernels": kernels,
+        "gpu_total_us": gpu_total,
+        "top_ops_by_gpu": tops.ops_by_gpu(trace, TOP),
+        "top_ops_by_self": tops.ops_by_self(trace, TOP),
+        "phases": phases.step(trace.steps[-1]) if trace.steps else [],
+        "launches": launches.read(trace),
+        "syncs": syncs.step(trace.steps[-1]) if trace.steps else [],
+        "collectives": {
+            "comm_us": _spread([c["comm_us"] for c in comm_steps]),
+            "exposed_us": _spread([c["exposed_us"] for c in comm_steps]),
+            "by_kind": collectives.by_kind(comm_steps),
+        }
+        if any(c["collectives"] for c in comm_steps)
+        else None,
+    }
+
+
+# --- text --------------------------------------------------------------------------------
+
+
+def _header(trace: Trace) -> str:
+    if trace.device is None:
+        device = "CPU only"
+    elif trace.device_source == "GPU events":
+        device = f"{trace.device}, from its GPU events: no deviceProperties"
+    else:
+        device = trace.device
+    rank = f", rank {trace.rank}" if trace.rank is not None else ""
+    unit = (
+        f"{len(trace.steps)} recorded steps"
+        if trace.unit == "step"
+        else "no ProfilerStep: the recorded window is one unit"
+    )
+    return f"trace: {trace.path} ({device}{rank}; {unit})"
+
+
+def summary_lines(trace: Trace, data: dict) -> list[str]:
+    unit = "step" if trace.unit == "step" else "window"
+    wall = data["wall_us"]["median"] or 0.0
+    lines = [_header(trace)]
+    lines.append(
+        f"per {unit} (median [min - max] over {data['steps']} {unit}s):"
+        if trace.unit == "step"
+        else "the window:"
+    )
+
+    def row(label: str, spread: dict, extra: str = "") -> None:
+        span = (
+            f" [{duration(spread['min'])} - {duration(spread['max'])}]"
+            if trace.unit == "step" and data["steps"] > 1
+            else ""
+        )
+        lines.append(f"  {label:<14} {duration(spread['median'])}{span}{extra}")
+
+    row("wall (CPU)", data["wall_us"])
+    if trace.on_gpu:
+        busy = data["gpu_busy_us"]["median"] or 0.0
+        share = f" = {100 * busy / wall:.0f}% of wall" if wall else ""
+        row("GPU busy", data["gpu_busy_us"], f"{share} (union over streams)")
+        summed = data["gpu_sum_us"]["median"] or 0.0
+        if summed > 1.01 * busy:
+            lines.append(
+                f"  {'':<14} (kernel durations add up to {duration(summed)}: "
+                f"{summed / busy:.2f}x, streams overlap)"
+            )
+        parts = data["idle_us"]
+        lines.append(
+            f"  {'GPU idle':<14} waiting on the host {duration(parts['host_wait_us']['median'])}"
+            f", between kernels {duration(parts['kernel_wait_us']['median'])}"
+            f", other {duration(parts['other_us']['median'])}"
+        )
+        lines.append(f"  {'kernels':<14} {data['kernels_per_step']['median']:g} per {unit}")
+        lines.append("time by class (union per class; classes on several streams overlap):")
+        for g, us in sorted(data["by_class_us"].items(), key=lambda kv: -kv[1]):
+            pct = f"{100 * us / wall:5.1f}% of wall" if wall else ""
+            lines.append(f"  {g:<22} {duration(us):>10}  {pct}")
+        if data["top_kernels"]:
+            lines.append("top kernels (all steps, names grouped):   total     %  count     mean")
+            for k in data["top_kernels"]:
+                lines.append(
+                    f"  {_cut(k['name'], 40):<40} {duration(k['total_us']):>10} {k['pct']:5.1f}"
+                    f" {k['count']:6d} {duration(k['mean_us']):>9}"
+                )
+        if data["top_ops_by_gpu"]:
+            lines.append("top CPU ops by the GPU time they launched (all steps):")
+            for op in data["top_ops_by_gpu"][:5]:
+                lines.append(
+                    f"  {_cut(op['name'], 50):<50} {duration(op['gpu_us']):>10} "
+                    f"({op['launches']} launches)"
+                )
+    if data["top_ops_by_self"]:
+        lines.append("top CPU ops by self time (all steps):")
+        for op in data["top_ops_by_self"][:5]:
+            lines.append(
+                f"  {_cut(op['name'], 50):<50} {duration(op['self_us']):>10} (x{op['count']})"
+            )
+    if data["phases"]:
+        lines.append(f"phases (the last {unit}):        CPU      GPU busy")
+        for p in data["phases"]:
+            lines.append(
+                f"  {p['phase']:<20} {duration(p['cpu_us']):>10} {duration(p['gpu_us']):>10}"
+            )
+    la = data["launches"]
+    if la["kernels"]:
+        lines.append(
+            f"launches: {la['kernels']} kernels, delay launch->start median "
+            f"{duration(la['launch_delay_us']['median'])} (p90 "
+            f"{duration(la['launch_delay_us']['p90'])}), {la['shorter_than_launch']} shorter "
+            f"than their launch call, queue depth median {la['queue_depth']['median']:g} "
+            f"max {la['queue_depth']['max']}"
+        )
+    for s in data["syncs"][:3]:
+        lines.append(
+            f"host stalls: {s['what']} x{s['count']}, blocked {duration(s['blocked_us'])} "
+            f"(in {s['by']})"
+        )
+    coll = data["collectives"]
+    if coll:
+        lines.append(
+            f"collectives per {unit}: {duration(coll['comm_us']['median'])}, exposed "
+            f"{duration(coll['exposed_us']['median'])} (no compute meanwhile)"
+        )
+        for k in coll["by_kind"][:4]:
+            size = f", {k['median_bytes'] / 1e6:.1f} MB" if k["median_bytes"] else ""
+            bus = f", bus {k['median_bus_GBps']:.1f} GB/s" if k["median_bus_GBps"] else ""
+            group = f", group of {'/'.join(map(str, k['group']))}" if k["group"] else ""
+            lines.append(
+                f"  {k['kind']:<15} {k['per_step']:g} per {unit}, median "
+                f"{duration(k['median_us'])}{size}{bus}{group}"
+            )
+    return lines
+
+
+def _window_line(w: dict) -> str | None:
+    if not w["span_us"]:
+        return None
+    overlap = (
+        f", comm overlapped {w['comm_overlap_pct']:.0f}%"
+        if w["comm_overlap_pct"] is not None
+        else ""
+    )
+    return (
+        f"whole trace, as HTA reads it: span {duration(w['span_us'])}, idle "
+        f"{w['idle_pct']:.1f}%, compute {w['compute_pct']:.1f}%, non-compute "
+        f"{w['non_compute_pct']:.1f}%{overlap}"
+    )
+
+
+def finding_line(f: findings.Finding) -> str:
+    stake = f" [{duration(f.us)}, {f.pct:.1f}%]" if f.us is not None and f.pct is not None else ""
+    then = f" -> try: {f.next}" if f.next else ""
+    return f"  {'PROBLEM: ' if f.problem else ''}[{f.topic}]{stake} {f.message}{then}"
+
+
+def is_small(step: Step) -> bool:
+    return len(step.gpu) <= findings.SMALL_STEP and len(step.cpu_ops) <= SMALL_OPS
+
+
+def text(
+    trace: Trace,
+    *,
+    all_steps: bool = False,
+    max_ops: int | None = MAX_OPS,
+    kernels: bool = False,
+    ops: bool = False,
+    step: int | None = None,
+    all_findings: bool = False,
+) -> str:
+    """The reading for a person: the summary (one screen), then the listing where a step is
+    small or a flag asks for it. `max_ops` caps each list of the listing (None: no cap)."""
+    data = summary(trace)
+    lines = summary_lines(trace, data) if trace.steps else [_header(trace)]
+    window = _window_line(breakdown.window(trace))
+    if window:
+        lines.append(window)
+    shown, hidden = findings.ranked(trace)
+    if all_findings:
+        shown, hidden = shown + hidden, []
+    lines.append("findings: (ranked by the time at stake per step: us, % of the step)")
+    room = SCREEN - len(lines) - 2
+    for f in shown[:room] if not all_findings else shown:
+        lines.append(finding_line(f))
+    left = len(shown) - room if not all_findings and len(shown) > room else 0
+    if hidden or left:
+        lines.append(
+            f"  ({len(hidden) + max(left, 0)} more: under 1% of the step, or past the screen; "
+            "--all-findings lists them)"
+        )
+    listed = _listing(trace, all_steps, max_ops, kernels, ops, step)
+    if listed:
+        lines += listed
+    elif trace.steps:
+        lines.append(
+            "per-kernel listing: --kernels (GPU work), --ops (CPU dispatch chain), --step N "
+            "(which step, 0 = first), --all-steps"
+        )
+    return "\n".join(lines)
+
+
+def _listing(trace, all_steps, max_ops, kernels, ops, step) -> list[str]:
+    if not trace.steps:
+        return []
+    small = all(is_small(s) for s in trace.steps[:1])
+    if not (small or kernels or ops or all_steps or step is not None):
+        return []
+    both = not (kernels or ops)  # by default, or for --step/--all-steps alone: all of it
+    chosen = range(len(trace.steps)) if all_steps else [step or 0]
+    lines = []
+    for i, s in enumerate(trace.steps):
+        if i in chosen:
+            lines += step_text(
+                s,
+                on_gpu=trace.device is not None,
+                max_ops=max_ops,
+                trace=trace,
+                gpu=both or kernels,
+                cpu=both or ops,
+            )
+        elif small and not (kernels or ops) and step is None:
+            times = ", ".join(f"{item.dur:.1f}" for item in s.gpu[:max_ops])
+            lines.append(
+                f"{findings.step_summary(s)}"
+                + (f"; kernel times (us, same order): {times}" if times else "")
+            )
+    return lines
+
+
+def _more(left: int) -> str:
+    return f"... {left} more (--max-ops)"
+
+
+def _occupancy(trace: Trace | None, item) -> footprint.Occupancy | None:
+    if trace is None or item.kind != "kernel":
+        return None
+    return footprint.occupancy(item.args, trace.device_properties(item.args.get("device", 0)))
+
+
+def step_text(
+    step: Step,
+    *,
+    on_gpu: bool,
+    max_ops: int | None = MAX_OPS,
+    trace: Trace | None = None,
+    gpu: bool = True,
+    cpu: bool = True,
+) -> list[str]:
+    """A step's listing; with `trace` (for its device properties) each kernel's footprint
+    line also gives the occupancy worked out from it."""
+    lines = [findings.step_summary(step)]
+    if step.gpu and gpu:
+        lines.append("  GPU work, in launch order (a kernel's footprint on the line below it):")
+        lines.append(f"    {'us':>8}  {'class':<11} {'launched by':<18} name (reading)")
+        for item in step.gpu[:max_ops]:
+            reading = f" ({item.klass.detail})" if item.klass.detail else ""
+            lines.append(
+                f"    {item.dur:8.1f}  {item.klass.cls:<11} {item.launched_by:<18} "
+                f"{_cut(item.name)}{reading}"
+            )
+            if item.kind == "kernel":
+                shape = footprint.describe(item.args, _occupancy(trace, item))
+                if shape:
+                    lines.append(f"{'':14}{shape}")
+        if max_ops is not None and len(step.gpu) > max_ops:
+            lines.append(f"    {_more(len(step.gpu) - max_ops)}")
+    if not cpu:
+        return lines
+    lines.append("  CPU dispatch chain:")
+    for op in step.cpu_ops[:max_ops]:
+        launched = [
+            i.klass.cls + (" (split-K reduce)" if i.klass.joins_previous else "")
+            for i in op.launched
+        ]
+        mark = f"  -> {', '.join(launched)}" if launched else ""
+        lines.append(f"    {'  ' * op.depth}{op.name}{mark}")
+    if max_ops is not None and len(step.cpu_ops) > max_ops:
+        lines.append(f"    {_more(len(step.cpu_ops) - max_ops)}")
+    silent = silent_ops(step) if on_gpu else []  # on a CPU trace nothing launches GPU work
+    if silent:
+        lines.append(f"  launched no GPU work: {', '.join(silent)}")
+    return lines
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+
+def _footprint(trace: Trace, item) -> dict | None:
+    """A kernel's recorded footprint fields, all of them, and the occupancy worked out from
+    them (None where the device properties or a field is missing)."""
+    if item.kind != "kernel":
+        return None
+    occ = _occupancy(trace, item)
+    return {**footprint.fields(item.args), "from_footprint": occ.as_dict() if occ else None}
+
+
+def step_dict(trace: Trace, s: Step) -> dict:
+    return {
+        "name": s.name,
+        "cpu_us": s.dur,
+        **{k: v for k, v in breakdown.step(s).items() if k != "name"},
+        "idle_us": idle.split(s),
+        "gpu_us": s.gpu_time,
+        "gpu": [
+            {
+                "name": i.name,
+                "kind": i.kind,
+                "class": i.klass.cls,
+                "group": breakdown.group(i),
+                "reading": i.klass.detail,
+                "facts": i.klass.facts,
+                "us": i.dur,
+                "stream": i.stream,
+                "launched_by": i.launched_by,
+                "runtime_call": i.runtime,
+                "counted_with_previous": i.klass.joins_previous,
+                "footprint": _footprint(trace, i),
+            }
+            for i in s.gpu
+        ],
+        "cpu_ops": [
+            {"name": o.name, "depth": o.depth, "us": o.dur, "launches": len(o.launched)}
+            for o in s.cpu_ops
+        ],
+        "launched_no_gpu_work": silent_ops(s) if trace.device else None,
+    }
+
+
+def _json_safe(data):
+    """Sets (tops' name sets are dropped already) and tuples as lists."""
+    return json.loads(json.dumps(data, allow_nan=False, default=sorted))
+
+
+def trace_dict(trace: Trace, with_steps: bool = True) -> dict:
+    """One element of `traces`: the contract's keys, the summary, steps and findings."""
+    shown, hidden = findings.ranked(trace)
+    return {
+        "path": str(trace.path),
+        "rank": trace.rank,
+        "device": {"name": trace.device, "source": trace.device_source},
+        "unit": trace.unit,
+        "window": breakdown.window(trace),
+        "summary": _json_safe(summary(trace)) if trace.steps else None,
+        "steps": [step_dict(trace, s) for s in trace.steps] if with_steps else [],
+        "findings": [{**f.as_dict(), "shown": True} for f in shown]
+        + [{**f.as_dict(), "shown": False} for f in hidden],
+    }
+
+
+def document(traces: list[dict], **extra) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "traces": traces, **extra}
+
+
+def dump_json(data, out: TextIO) -> None:
+    """Strict JSON (NaN and Infinity are not JSON: refuse rather than write them)."""
+    json.dump(data, out, indent=2, allow_nan=False)
+    out.write("\n")
+
+
+_MARK = "\x00steps\x00"
+
+
+def write_json(trace: Trace, out: TextIO) -> None:
+    """document([trace_dict(trace)]) as `dump_json` writes it, one step at a time: the dicts
+    of a trace of a million events would take more memory than the trace itself."""
+    head = trace_dict(trace, with_steps=False)
+    head["steps"] = _MARK
+    text = json.dumps(document([head]), indent=2, allow_nan=False)
+    before, after = text.split(json.dumps(_MARK))
+    out.write(before)
+    if not trace.steps:
+        out.write("[]")
+    else:
+        pad = "\n        "  # the steps sit four levels deep: document, traces, trace, steps
+        out.write("[")
+        for i, step in enumerate(trace.steps):
+            body = json.dumps(step_dict(trace, step), indent=2, allow_nan=False)
+            out.write(("," if i else "") + pad + body.replace("\n", pad))
+        out.write("\n      ]")
+    out.write(after + "\n")
