@@ -26,7 +26,6 @@ busy against the raw union in its scope is shown too: that is where HTA mis-read
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import os
@@ -36,6 +35,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tracereader.commandline import Parser
 
 ROOT = Path(__file__).resolve().parent.parent
 HTA_SPEC = "holistictraceanalysis==0.5.0"
@@ -405,11 +406,7 @@ def render(job: Job) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="tools/hta_compare.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = Parser(prog="tools/hta_compare.py", description=__doc__)
     parser.add_argument("traces", nargs="+", help="trace files, rank folders or FOLDER/STEM")
     parser.add_argument("--each", action="store_true", help="every file of a folder alone")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write all of it here")
@@ -431,13 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         "--repo", type=Path, default=ROOT, help="the checkout whose reader runs (default: this)"
     )
     args = parser.parse_args(argv)
+    if args.json and not args.json.parent.is_dir():
+        parser.error(f"--json {args.json}: no folder {args.json.parent} to write it in")
     try:
         jobs = jobs_from(args.traces, args.each)
         for job in jobs:
             job.raw = [raw_reading(f) for f in job.files]
     except (BadInput, OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        parser.error(str(exc).splitlines()[0][:300])
     if not args.no_hta:
         run_hta(jobs, args.hta, args.hta_default_steps, args.hta_exact_times)
     for job in jobs:
