@@ -6,6 +6,7 @@
     uv run python tools/trace_bench.py --read-back T.json    # time load, check, findings
     uv run python tools/trace_bench.py --mb 200 --one-step   # one huge step instead
     uv run python tools/trace_bench.py --mb 20 --repo /tmp/old   # another checkout's reader
+    uv run python tools/trace_bench.py --trace T.json.gz --hta   # explain against HTA 0.5.0
 
 A lesson's own long trace, read back as the lesson does:
 
@@ -25,6 +26,15 @@ and the tool prints its wall time and peak resident memory (ru_maxrss of that ch
 os.wait4), with the peak as a multiple of the file's size. --read-back instead times, in a
 child, the three stages a lesson runs on its own trace after profiling (profiling.look):
 trace_reader.load, expectations.check against the lesson's declared EXPECT, findings.read.
+
+--hta also times Holistic Trace Analysis on the same trace, in its own environment (a child
+`uv run --no-project --with holistictraceanalysis==0.5.0 python tools/_hta_side.py`; the peak
+RSS of that child covers the interpreter uv starts): HTA's load (TraceAnalysis: parse, align,
+filter) plus the analyses tools/hta_compare.py compares (temporal breakdown, comm/compute
+overlap, idle time breakdown), timed inside HTA's process, so its interpreter and pandas
+imports are not counted against it; our explain is timed as the whole child, start-up
+included. It prints both, their ratio, and the reader's load
+alone (tracereader's load() in a child) against explain: what the summary adds to loading.
 
 Timings are for this machine and this checkout; nothing is asserted. Generated traces go to a
 temporary folder and are removed unless --keep or --out is given.
@@ -216,7 +226,8 @@ def read_back(trace: Path, script: str, mode: str, repo: Path) -> None:
     )
 
 
-def explain(trace: Path, repo: Path, extra: list[str]) -> None:
+def explain(trace: Path, repo: Path, extra: list[str]) -> float | None:
+    """Time `explain` in a child; its wall time, None when it failed."""
     size = trace.stat().st_size / 1e6
     argv = [sys.executable, "-m", "tracereader.explain", str(trace), *extra]
     wall, rss, rc, err = _child(argv, repo)
@@ -226,6 +237,43 @@ def explain(trace: Path, repo: Path, extra: list[str]) -> None:
     )
     if rc != 0:
         print(f"  stderr: {err.decode(errors='replace').strip()[-500:]}")
+        return None
+    return wall
+
+
+HTA_SPEC = "holistictraceanalysis==0.5.0"
+LOAD_ONLY = "import sys; from tracereader.load import load; load(sys.argv[1])"
+
+
+def against_hta(trace: Path, repo: Path, explain_s: float | None, spec: str) -> None:
+    """HTA's load + analyses on `trace` against explain's wall time; the reader's load alone."""
+    size = trace.stat().st_size / 1e6
+    load_s, rss, rc, err = _child([sys.executable, "-c", LOAD_ONLY, str(trace)], repo)
+    if rc == 0:
+        added = f"; explain adds {100 * (explain_s / load_s - 1):.0f}%" if explain_s else ""
+        print(f"reader load() alone: {load_s:.2f} s, peak RSS {rss:.0f} MB{added}")
+    else:
+        print(f"reader load() alone failed (exit {rc}): {err.decode(errors='replace')[-300:]}")
+    with tempfile.TemporaryDirectory(prefix="trace_bench_hta_") as tmp:
+        out = Path(tmp) / "hta.json"
+        argv = ["uv", "run", "--no-project", "--with", spec, "python"]
+        argv += [str(ROOT / "tools/_hta_side.py"), "--out", str(out)]
+        wall, rss, rc, err = _child([*argv, str(trace)], repo)
+        if rc != 0 or not out.exists():
+            print(f"HTA failed (exit {rc}): {err.decode(errors='replace').strip()[-500:]}")
+            return
+        result = json.loads(out.read_text())["inputs"][0]
+    hta_s = result["load_s"] + result.get("analyses_s", 0.0)
+    print(
+        f"HTA {spec.split('==')[-1]} on {trace.name} ({size:.1f} MB): load "
+        f"{result['load_s']:.2f} s + analyses {result.get('analyses_s', 0.0):.2f} s = "
+        f"{hta_s:.2f} s in-process ({wall:.2f} s with its start-up), peak RSS {rss:.0f} MB "
+        f"({rss / size:.2f}x the file)"
+    )
+    for error in result["errors"]:
+        print(f"  HTA error: {error}")
+    if explain_s:
+        print(f"explain is {hta_s / explain_s:.1f}x faster than HTA's load + analyses")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", type=Path, help="explain this existing trace instead")
     parser.add_argument("--json", action="store_true", help="time `explain --json`")
     parser.add_argument(
+        "--hta",
+        nargs="?",
+        const=HTA_SPEC,
+        metavar="SPEC",
+        help=f"also time HTA's load + analyses on the same trace (default spec {HTA_SPEC})",
+    )
+    parser.add_argument(
         "--read-back",
         type=Path,
         metavar="TRACE",
@@ -272,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.read_back:
         read_back(args.read_back.resolve(), args.script, args.mode, args.repo.resolve())
     if args.trace:
-        explain(args.trace.resolve(), args.repo.resolve(), extra)
+        wall = explain(args.trace.resolve(), args.repo.resolve(), extra)
+        if args.hta:
+            against_hta(args.trace.resolve(), args.repo.resolve(), wall, args.hta)
     if args.mb is not None:
         with tempfile.TemporaryDirectory(prefix="trace_bench_") as tmp:
             suffix = ".json.gz" if args.gzip else ".json"
@@ -288,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"generated {out} ({out.stat().st_size / 1e6:.1f} MB, {what}) "
                 f"in {time.perf_counter() - start:.1f} s"
             )
-            explain(out.resolve(), args.repo.resolve(), extra)
+            wall = explain(out.resolve(), args.repo.resolve(), extra)
+            if args.hta:
+                against_hta(out.resolve(), args.repo.resolve(), wall, args.hta)
             if args.keep and not args.out:
                 kept = Path.cwd() / out.name
                 shutil.move(out, kept)

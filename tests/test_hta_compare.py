@@ -1,0 +1,159 @@
+"""tools/hta_compare.py: its own reading of the raw events (the referee), its handling of the
+reader's JSON contract and of bad input, and HTA itself on real traces (skipped when uv cannot
+install HTA from its cache)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TP2 = ROOT / "tests/fixtures/h200x2/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager"
+
+
+@cache
+def tool():
+    spec = importlib.util.spec_from_file_location("hta_compare", ROOT / "tools/hta_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
+
+
+def kernel(name: str, ts: float, dur: float, stream: int, corr: int) -> list[dict]:
+    """A GPU event and the runtime call that launched it."""
+    return [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": ts - 5, "dur": 3, "args": {"correlation": corr}},
+        {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts,
+         "dur": dur, "args": {"stream": stream, "correlation": corr}},
+    ]  # fmt: skip
+
+
+def write(tmp_path: Path, events: list[dict], name: str = "t.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_busy_time_is_the_union_of_streams_not_their_sum(tmp_path):
+    # two GEMMs overlapping by 5 us on two streams, then a memset after a 10 us gap
+    events = kernel("gemm_a", 100, 10, 7, 1) + kernel("gemm_b", 105, 10, 8, 2)
+    events += kernel("Memset (Device)", 125, 5, 7, 3)
+    reading = tool().raw_reading(write(tmp_path, events))["all"]
+    assert reading["gpu_busy_us"] == pytest.approx(20)  # not 25
+    assert reading["span_us"] == pytest.approx(30)
+    assert reading["idle_pct"] == pytest.approx(100 * 10 / 30)
+    assert reading["non_compute_pct"] == pytest.approx(100 * 5 / 30)  # the memset
+
+
+def test_overlap_is_the_share_of_communication_hidden_under_compute(tmp_path):
+    events = kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 100, 20, 9, 1)
+    events += kernel("gemm", 110, 30, 7, 2)
+    reading = tool().raw_reading(write(tmp_path, events))["all"]
+    assert reading["comm_us"] == pytest.approx(20)
+    assert reading["comm_overlap_pct"] == pytest.approx(50)
+
+
+def test_htas_scope_drops_work_launched_after_the_last_step(tmp_path):
+    steps = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+         "ts": 50 + 100 * i, "dur": 90}
+        for i in range(2)
+    ]  # fmt: skip
+    events = steps + kernel("gemm", 100, 10, 7, 1) + kernel("gemm", 400, 10, 7, 2)
+    reading = tool().raw_reading(write(tmp_path, events))
+    assert reading["all"]["gpu_busy_us"] == pytest.approx(20)
+    assert reading["steps"]["gpu_busy_us"] == pytest.approx(10)
+    assert reading["hta"]["gpu_busy_us"] == pytest.approx(10)
+
+
+def contract() -> dict:
+    window = dict.fromkeys(tool().WINDOW_KEYS, 1.0)
+    trace = {"path": "t.json", "rank": 0, "device": {"name": "x", "source": "kernels"}}
+    return {"schema_version": 2, "traces": [{**trace, "unit": "step", "window": window}]}
+
+
+def test_the_readers_contract_is_checked_key_by_key():
+    check = tool().check_reader
+    assert check(contract()) is None
+    data = contract()
+    del data["traces"][0]["window"]["comm_overlap_pct"]
+    assert check(data) == "reader JSON lacks key traces[].window.comm_overlap_pct"
+    data = contract()
+    del data["traces"][0]["unit"]
+    assert check(data) == "reader JSON lacks key traces[].unit"
+    assert "schema_version 2" in check({"path": "t.json", "steps": []})
+
+
+def run(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(ROOT / "tools/hta_compare.py"), *argv]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+
+
+def test_a_missing_trace_is_one_line_and_exit_2_and_no_file(tmp_path):
+    out = tmp_path / "report.json"
+    proc = run(str(tmp_path / "nope.json"), "--json", str(out), "--no-hta", "--no-reader")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "nope.json" in proc.stderr
+    assert not out.exists()
+
+
+def test_a_rank_stem_reads_every_rank_against_the_raw_union(tmp_path):
+    out = tmp_path / "report.json"
+    proc = run(str(TP2), "--json", str(out), "--no-hta", "--no-reader")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())[0]["rows"]
+    assert [r["rank"] for r in rows] == [0, 1]
+    assert all(r["raw"]["gpu_busy_us"] > 0 and r["raw"]["comm_us"] > 0 for r in rows)
+
+
+@cache
+def hta_installed() -> bool:
+    if not shutil.which("uv"):
+        return False
+    argv = ["uv", "run", "--offline", "--no-project", "--with", tool().HTA_SPEC]
+    probe = subprocess.run([*argv, "python", "-c", "import hta"], capture_output=True)
+    return probe.returncode == 0
+
+
+needs_hta = pytest.mark.skipif(
+    "not hta_installed()", reason="HTA cannot be installed offline here (uv's cache lacks it)"
+)
+
+
+@needs_hta
+def test_hta_with_exact_times_agrees_with_the_raw_union(tmp_path):
+    """Our restatement of HTA's definitions is HTA's: with its rounding switched off, HTA's
+    busy time, breakdown and overlap equal the referee's on both ranks."""
+    out = tmp_path / "report.json"
+    proc = run(str(TP2), "--json", str(out), "--no-reader", "--hta-exact-times")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())[0]["rows"]
+    assert len(rows) == 2
+    for row in rows:
+        hta, raw = row["hta"], row["raw_hta_scope"]
+        # float64 timestamps of ~4e12 us carry ~0.5 ns of noise per event
+        assert hta["busy_us"] == pytest.approx(raw["gpu_busy_us"], abs=0.05)
+        for key in ("idle_pct", "compute_pct", "non_compute_pct", "comm_overlap_pct"):
+            assert hta[key] == pytest.approx(raw[key], abs=0.01)
+
+
+@needs_hta
+def test_htas_rounding_refuses_a_trace_with_submicrosecond_kernels(tmp_path):
+    """HTA rounds starts up and ends down to whole microseconds: a 0.768 us memset gets a
+    negative duration and its temporal breakdown fails an assertion. That is HTA's, not ours."""
+    out = tmp_path / "report.json"
+    trace = ROOT / "tests/fixtures/h200/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json.gz"
+    proc = run(str(trace), "--json", str(out), "--no-reader")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())[0]
+    assert any(e.startswith("temporal breakdown: AssertionError") for e in report["hta"]["errors"])
+    assert report["rows"][0]["raw"]["gpu_busy_us"] > 0

@@ -1,0 +1,58 @@
+"""tools/record_model_traces.py at its tiny configs on the CPU: the traces the lead records on a
+GPU in one command, recorded here the same way. Skipped where transformers or timm is not
+importable (they are not the project's dependencies; run with
+`uv run --with 'transformers>=5' --with timm pytest tests/test_record_model_traces.py`)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools/record_model_traces.py"
+
+
+def run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True)
+
+
+def test_full_size_on_a_cpu_is_refused_in_one_line(tmp_path):
+    proc = run("--device", "cpu", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--tiny" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_recording_is_refused_in_one_line(tmp_path):
+    proc = run("--tiny", "--device", "cpu", "--only", "gpt", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "gpt" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_tiny_training_steps_are_recorded_with_their_provenance(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("timm")
+    proc = run(
+        "--tiny", "--device", "cpu", "--only", "llama_train,timm_train", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    provenance = json.loads((tmp_path / "provenance.json").read_text())
+    assert [t["recording"] for t in provenance["traces"]] == ["llama_train", "timm_train"]
+    assert provenance["versions"]["transformers"] and provenance["versions"]["timm"]
+    assert not provenance["failed"]
+    for record in provenance["traces"]:
+        path = tmp_path / record["file"]
+        assert path.stat().st_size == record["bytes"]
+        with gzip.open(path, "rt") as f:
+            events = json.load(f)["traceEvents"]
+        names = [e.get("name", "") for e in events if e.get("ph") == "X"]
+        assert sum(n.startswith("ProfilerStep#") for n in names) == 2  # active=2
+        assert sum(n.startswith("Optimizer.step#AdamW.step") for n in names) == 2
+        assert any("Input Dims" in e.get("args", {}) for e in events)  # record_shapes
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
