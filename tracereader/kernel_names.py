@@ -394,7 +394,7 @@ def classify(name: str) -> KernelClass:
         return _gemm(text, parts.subject)
     if _ATEN_OUTSIDE_NATIVE.match(function):
         return KernelClass("aten", _aten_detail(parts))
-    if _PLAIN_NAME.match(name) and not _NOT_TRITON.match(name):
+    if _PLAIN_NAME.match(name) and not _NOT_TRITON.match(name) and name.lower() not in _WRAPPERS:
         if _TRITON_ATTENTION.search(name):
             family = "Triton attention kernel"
             return KernelClass("attention", family, {"family": family})
@@ -574,11 +574,13 @@ def _gemm(name: str, subject: str = "") -> KernelClass:
         tiles = re.findall(r"(\d+x\d+)", name)
         if tiles:
             facts["tile"] = tiles[0]
-        if len(tiles) > 1:
-            facts["k_tile_x_stages"] = tiles[1]
+        # K tile x stages: the second pair of its own (not CUTLASS 3's 1x1x1 cluster shape)
+        pairs = re.findall(r"(?<![\dx])(\d+x\d+)(?![\dx])", name)
+        if len(pairs) > 1 and pairs[0] == tiles[0]:
+            facts["k_tile_x_stages"] = pairs[1]
     # Layout: nvjet ends in three letters (A, B, C: T or N); cuBLAS/CUTLASS carry _tn_/_nn_.
     nvjet_layout = re.search(r"_([TN]{3})$", name)
-    legacy_layout = re.search(r"_(tn|nt|nn|tt)(_|$)", name)
+    legacy_layout = re.search(r"_(tn|nt|nn|tt|[tn]{3}(?=_align))(_|$)", name)
     if nvjet_layout:
         facts["layout"] = nvjet_layout.group(1)
     elif legacy_layout:
@@ -650,24 +652,27 @@ def _cut(name: str, width: int) -> str:
 
 def readable(name: str, width: int = 60) -> str:
     """A kernel's name for a sentence: no return type, no parameter list, and no template
-    arguments when they make it long (`cublasLt::splitKreduce_kernel`); a mangled name read
+    arguments when they make it long (`cublasLt::splitKreduce_kernel`, a wrapper keeping what
+    it wraps: `cutlass::Kernel<cutlass_80_tensorop_...>`); a mangled name read
     through its identifiers; what is still too long keeps its head and tail."""
     parts = _parts(name)
     bare = parts.text[parts.start : parts.end] or name
     if len(bare) > width and "<" in bare:
-        bare = parts.function
+        # A wrapper keeps the kernel it wraps: cutlass::Kernel<cutlass_80_tensorop_...>
+        bare = f"{parts.function}<{parts.wrapped}>" if parts.wrapped else parts.function
     return _cut(bare, width)
 
 
 def label(name: str, width: int = 32) -> str:
     """A kernel name cut to width (head and tail kept); long ATen names become their class and
-    op instead. Two names can share a label: use `labels` for a table."""
+    op instead, other long ones lose their return type, parameters and, where still long,
+    template arguments (`readable`). Two names can share a label: use `labels` for a table."""
     if len(name) <= width:
         return name
     klass = classify(name)
     if klass.cls in ("elementwise", "aten") and klass.detail:
         return f"{klass.cls} {klass.detail}"[:width]
-    return _cut(name, width)
+    return readable(name, width)
 
 
 def labels(names: Iterable[str], width: int = 32) -> dict[str, str]:
