@@ -27,7 +27,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 # Kept in this order and spelling: lessons' EXPECTs and other tools name them.
 CLASS_MEANINGS = {
@@ -117,6 +117,7 @@ _ANONYMOUS = "(anonymous namespace)::"
 # Wrappers whose template argument is the real kernel: cutlass::Kernel<cutlass_80_...>,
 # cutlass::device_kernel<flash::FlashAttnBwd<...>>, cutlass_cudnn_train::Kernel<...>.
 _WRAPPERS = {"kernel", "kernel2", "device_kernel"}
+_BUILTIN_TYPES = {"int", "long", "float", "double", "bool", "unsigned", "char", "short"}
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class _Parts:
         return "::".join(parts[-2:]) if parts[-1].lower() in _WRAPPERS else parts[-1]
 
 
+@lru_cache(maxsize=4096)
 def _parts(name: str) -> _Parts:
     text = _demangle(name) if name.startswith("_Z") else name
     text = text.replace(_ANONYMOUS, "")
@@ -172,9 +174,6 @@ def _parts(name: str) -> _Parts:
     return _Parts(text, function, start, end, wrapped)
 
 
-_BUILTIN_TYPES = {"int", "long", "float", "double", "bool", "unsigned", "char", "short"}
-
-
 def _demangle(name: str) -> str:
     """Enough of an Itanium-mangled name to classify it, not a demangler: the identifiers it
     spells, `_ZN2at6native...` -> `at::native::...<...>`: the leading nested name, then every
@@ -198,7 +197,6 @@ def _demangle(name: str) -> str:
         if ch == "L":  # a literal: L<type><value>E
             close = name.find("E", i + 1)
             i = close + 1 if close > 0 else n
-            in_prefix = in_prefix and not outer
             continue
         if ch in "ST" and (m := re.match(r"[ST][0-9A-Z]*_|St|Sa|Ss|Sb", name[i:])):
             i += m.end()  # a substitution or template parameter: names nothing new
@@ -352,6 +350,9 @@ class KernelClass:
 
 
 def classify(name: str) -> KernelClass:
+    """The class of a GPU item (one of CLASSES) by its name, with what the name says. The
+    order of the rules matters: a cuDNN SDPA kernel says "fprop" like a convolution, cuDNN's
+    convolutions say "gemm", a cuBLASLt GEMM takes an epilogue parameter."""
     if name.startswith("Memcpy"):
         direction = re.search(r"Memcpy (\w+)", name)
         return KernelClass("memcpy", direction.group(1) if direction else "")
@@ -366,7 +367,7 @@ def classify(name: str) -> KernelClass:
         return _inductor(name)
     parts = _parts(name)
     text, function = parts.text, parts.function
-    if COLLECTIVE.search(text):
+    if COLLECTIVE.search(function):
         kind = collective_kind(name)
         facts = {"kind": kind} if kind else {}
         return KernelClass("collective", _collective_detail(parts), facts)
@@ -388,7 +389,7 @@ def classify(name: str) -> KernelClass:
         return KernelClass("aten", "batch norm", {"library": _library(text)})
     if _SPLIT_K_REDUCE.search(text) or _EPILOGUE_KERNEL.search(function):
         return _second_kernel(text)
-    if _CONV.search(text) or ("cudnn" in function.lower() and "cudnn" in parts.subject.lower()):
+    if _CONV.search(text) or function.startswith("cudnn"):  # cuDNN's others: convs' helpers
         return _conv(parts)
     if _GEMM.search(parts.subject):
         return _gemm(text, parts.subject)
@@ -414,7 +415,7 @@ def _mtia(op: str) -> KernelClass:
 
 def is_collective(name: str) -> bool:
     """Whether a GPU kernel's name is a communication kernel's: the reader's one test."""
-    return bool(COLLECTIVE.search(_parts(name).text))
+    return bool(COLLECTIVE.search(_parts(name).function))
 
 
 def collective_kind(name: str) -> str:
