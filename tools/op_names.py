@@ -5,9 +5,9 @@ importing torch (a 4 s, 650 MB import for a 2 KB trace).
 Inductor names a kernel after the overload packets of the ops it fused: aten's, prims', its
 own inductor_prims (prepare_softmax_online) and higher-order ops (flex_attention). Only the
 names holding an underscore are written: a name without one is one token of the kernel name
-anyway. Run it when torch adds ops:
+anyway. Run it when torch adds ops; --check says whether the module is torch's list:
 
-    uv run python tools/op_names.py
+    uv run python tools/op_names.py [--check]
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-TARGET = Path(__file__).resolve().parent.parent / "tracereader" / "op_names.py"
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TARGET = ROOT / "tracereader" / "op_names.py"
 NAMESPACES = ("aten", "prims", "inductor_prims")
 
 
@@ -43,10 +45,26 @@ def module_text(names: set[str], version: str) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import torch
 
-    TARGET.write_text(module_text(op_names(), torch.__version__.split("+")[0]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    args = parser.parse_args(argv)
+    names = op_names()
+    if args.check:
+        from tracereader.op_names import NAMES
+
+        written = set(NAMES.split())
+        missing, extra = sorted(names - written), sorted(written - names)
+        if missing or extra:
+            print(f"not torch {torch.__version__}'s list: missing {missing}, extra {extra}")
+            return 1
+        print(f"torch {torch.__version__}'s list ({len(names)} names)")
+        return 0
+    TARGET.write_text(module_text(names, torch.__version__.split("+")[0]))
     print(f"wrote {TARGET}", file=sys.stderr)
     return 0
 
