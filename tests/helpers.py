@@ -12,6 +12,12 @@ from pathlib import Path
 from common import cli
 
 ROOT = Path(__file__).resolve().parent.parent
+# Other projects' real traces, never committed (../shared/external-traces/README.md): beside
+# the checkout, or beside the folder of worktrees it sits in. Tests reading them skip without.
+EXTERNAL_TRACES = next(
+    (p / "shared/external-traces" for p in ROOT.parents[:2] if (p / "shared").is_dir()),
+    ROOT.parent / "shared/external-traces",
+)
 
 # The torch.profiler calls the posts teach: every lesson shows them in its own source.
 PROFILER_CALLS = (

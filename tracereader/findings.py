@@ -542,6 +542,8 @@ def _split_k(trace: Trace) -> list[Finding]:
         if not item.klass.joins_previous:
             gemm = item
             continue
+        if item.klass.detail != "split-K reduce":  # cuBLASLt's separate epilogue joins too
+            continue
         if gemm is None or (gemm.name, item.name) in seen:
             continue
         seen.add((gemm.name, item.name))

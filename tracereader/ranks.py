@@ -62,7 +62,6 @@ RANK_FILE = re.compile(
     r"^(?P<stem>.*?)[_-]?rank[-_]?(?P<rank>\d+)(?:_trace)?(?:\.pt\.trace)?\.json(?P<gz>\.gz)?$"
 )
 TRACE_FILE = re.compile(r"\.json(\.gz)?$")
-NCCL_KERNEL = re.compile(r"^(void\s+)?nccl", re.IGNORECASE)
 COLLECTIVE_OP = re.compile(
     r"^(c10d::|_c10d_functional::|c10d_functional::|record_param_comms$|nccl:|gloo:)"
 )
@@ -209,9 +208,7 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
 
 
 def is_collective_kernel(item: GpuItem) -> bool:
-    return item.klass.cls == "collective" or (
-        item.kind == "kernel" and bool(NCCL_KERNEL.match(item.name))
-    )
+    return item.klass.cls == "collective"  # kernel_names.COLLECTIVE: one pattern for the reader
 
 
 def _size(shape, dtype) -> tuple[int, str] | None:

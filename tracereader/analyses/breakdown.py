@@ -19,26 +19,12 @@ Window (HTA's temporal breakdown, over every GPU event of the trace, steps or no
 
 from __future__ import annotations
 
-from tracereader import intervals
+from tracereader import intervals, kernel_names
 from tracereader.model import GpuItem, Step, Trace
 
 # Kernel classes (kernel_names.CLASSES) in the groups the summary reports.
-GROUPS = {
-    "gemm": "GEMM",
-    "attention": "attention",
-    "conv": "conv",
-    "elementwise": "elementwise/reduction",
-    "aten": "elementwise/reduction",
-    "inductor": "Inductor/Triton",
-    "triton": "Inductor/Triton",
-    "collective": "collective",
-    "memcpy": "memcpy",
-    "memset": "memset",
-}
-
-
 def group(item: GpuItem) -> str:
-    return GROUPS.get(item.klass.cls, "other")
+    return kernel_names.group(item.klass.cls)
 
 
 def is_comm(item: GpuItem) -> bool:
