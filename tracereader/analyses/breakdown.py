@@ -22,6 +22,7 @@ from __future__ import annotations
 from tracereader import intervals, kernel_names
 from tracereader.model import GpuItem, Step, Trace
 
+
 # Kernel classes (kernel_names.CLASSES) in the groups the summary reports.
 def group(item: GpuItem) -> str:
     return kernel_names.group(item.klass.cls)
