@@ -20,12 +20,12 @@ import sys
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, kernel_source, mlp_flags, outputs, profiling
 from common.measuring import bench, traffic
+from models import geglu_reference as reference  # Liger's module has the same weights
 from tracereader.expectations import Expect
 
 SCRIPT = "03_kernels_mlp"
@@ -62,15 +62,6 @@ def fetch_liger_layers():
     # The post's line: a pre-built kernel package, pinned to version 1 (whose LigerGEGLUMLP
     # takes a config, as here), downloaded once and cached.
     return get_kernel(REPO_ID, version=1).layers
-
-
-def reference(x: torch.Tensor, mlp) -> torch.Tensor:
-    """What LigerGEGLUMLP must compute, in float32: down(gelu_tanh(gate(x)) * up(x))."""
-    gate, up, down = (
-        p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    )
-    x = x.float()
-    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
 
 
 def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.Kernel]:

@@ -29,6 +29,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import attention_flags, check, cli, outputs, profiling
 from common.measuring import bench, traffic
+from models import attention_reference as reference
 from tracereader.expectations import Expect
 
 SCRIPT = "04_a_naive_attention"
@@ -49,15 +50,6 @@ def naive_attention(
     scores = scores.masked_fill(mask, float("-inf"))  # out of place: a new [B, H, S, S] tensor
     attn = torch.softmax(scores, dim=-1)
     return attn @ v
-
-
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention in float32: softmax(q k^T / sqrt(head_dim), future masked) @ v."""
-    q, k, v = q.float(), k.float(), v.float()
-    seq = q.size(-2)
-    future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(diagonal=1)
-    scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))
-    return torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1) @ v
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).

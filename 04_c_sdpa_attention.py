@@ -47,6 +47,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import attention_flags, check, cli, outputs, profiling
 from common.measuring import bench, traffic
+from models import attention_reference as reference
 from tracereader.expectations import Expect
 
 SCRIPT = "04_c_sdpa_attention"
@@ -73,15 +74,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 def pinned(backend: str):
     """Restrict SDPA to one backend for the block; auto leaves the choice to SDPA."""
     return contextlib.nullcontext() if backend == "auto" else sdpa_kernel(BACKENDS[backend])
-
-
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention in float32: softmax(q k^T / sqrt(head_dim), future masked) @ v."""
-    q, k, v = q.float(), k.float(), v.float()
-    seq = q.size(-2)
-    future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(diagonal=1)
-    scores = (q @ k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)
-    return torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1) @ v
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).

@@ -37,6 +37,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import attention_flags, check, cli, kernel_source, outputs, profiling
 from common.measuring import bench, traffic
+from models import attention_reference
 from tracereader.expectations import Expect
 
 SCRIPT = "04_d_kernels_attention"
@@ -80,12 +81,7 @@ def flash_attention(flash_attn_func, q, k, v) -> torch.Tensor:
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention in float32, in the kernel's [batch, seq, heads, head_dim] layout."""
-    q, k, v = (t.float().transpose(1, 2) for t in (q, k, v))  # -> [batch, heads, seq, dim]
-    seq = q.size(-2)
-    future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(diagonal=1)
-    scores = (q @ k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)
-    out = torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1) @ v
-    return out.transpose(1, 2)
+    return attention_reference(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
