@@ -42,7 +42,7 @@ import torch
 from torch.profiler import profile, record_function, schedule
 
 import fused_geglu
-from common import check, cli, mlp_flags, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
@@ -89,7 +89,7 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     parser.add_argument(
         "--kernel",
         choices=["auto", "plain", "hopper"],
@@ -107,11 +107,11 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     kernel = fused_geglu.choose_kernel(args.kernel, run, args.dim, args.hidden)
     packed_bytes = 2 * args.dim * args.hidden * cli.element_size(run)
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run) + packed_bytes, run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run) + packed_bytes, run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(mlp_flags.shape_tag(args), args, run, extra=kernel),
+        outputs.run_tag(shapes.mlp_tag(args), args, run, extra=kernel),
         gzip=args.gzip,
     )
 

@@ -23,7 +23,7 @@ import torch
 from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, kernel_source, mlp_flags, outputs, profiling
+from common import check, cli, kernel_source, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import geglu_reference as reference  # Liger's module has the same weights
 from tracereader.expectations import Expect
@@ -73,7 +73,7 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -86,11 +86,11 @@ def main(argv=None) -> int:
             "on a CPU)"
         )
     run = cli.resolve(args)
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run), run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(mlp_flags.shape_tag(args), args, run),
+        outputs.run_tag(shapes.mlp_tag(args), args, run),
         gzip=args.gzip,
     )
 

@@ -25,7 +25,7 @@ import sys
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, mlp_flags, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
@@ -69,18 +69,18 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int, *, fused: bool):
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run), run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(mlp_flags.shape_tag(args), args, run),
+        outputs.run_tag(shapes.mlp_tag(args), args, run),
         gzip=args.gzip,
     )
 

@@ -27,7 +27,7 @@ import sys
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, check, cli, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import attention_reference as reference
 from tracereader.expectations import Expect
@@ -80,7 +80,7 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: attention_flags.Sizes, elt: int, *, fused: bool) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, *, fused: bool) -> list[traffic.Kernel]:
     """Every unfused op writes the [B, H, S, S] scores to HBM and the next one reads them back:
     the first GEMM writes them; the scale reads and writes; masked_fill's clone copies them
     (read + write), the mask reads and writes; softmax reads and writes; the second GEMM reads
@@ -109,7 +109,7 @@ def traffic_model(sizes: attention_flags.Sizes, elt: int, *, fused: bool) -> lis
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    attention_flags.add_shape_flags(parser)
+    shapes.add_attention_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -118,11 +118,11 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     elt = cli.element_size(run)
     # The forward holds two [B, H, S, S] buffers at once (each op's input and output).
-    cli.ensure_fits(attention_flags.bytes_needed(args, run, score_bytes=2 * elt), run)
+    cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=2 * elt), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(attention_flags.shape_tag(args), args, run),
+        outputs.run_tag(shapes.attention_tag(args), args, run),
         gzip=args.gzip,
     )
 
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
 
     seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
-        model = traffic_model(attention_flags.sizes(args), elt, fused=args.compile)
+        model = traffic_model(shapes.attention_sizes(args), elt, fused=args.compile)
         with torch.no_grad():
             bench.report(
                 lambda: forward(q, k, v, mask), run=run, model=model, trace=seen.trace, args=args

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, check, cli, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import attention_reference as reference
 from tracereader.expectations import Expect
@@ -116,7 +116,7 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: attention_flags.Sizes, elt: int, backend: str) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, backend: str) -> list[traffic.Kernel]:
     """Fused backends (and auto, which picks one): q, k, v read once, the output written once,
     half the GEMM FLOPs (the masked blocks are skipped). math, in float32: the upcasts, q and k
     each scaled by sqrt(scale), the [S, S] mask built, the first GEMM writing the scores, the
@@ -283,7 +283,7 @@ def comparison(rows: list[Row], title: str, *, on_gpu: bool) -> str:
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    attention_flags.add_shape_flags(parser)
+    shapes.add_attention_flags(parser)
     parser.add_argument(
         "--backend",
         choices=["auto", *BACKENDS, "all"],
@@ -292,7 +292,7 @@ def parse(argv):
         "efficient, flash, cudnn, or all (each of the four in turn, then one comparison "
         "table) (default: auto)",
     )
-    attention_flags.explain_compile(
+    cli.explain_compile(
         parser,
         "not offered here (refused): SDPA already is the kernel each backend runs, and "
         "compiling would let Inductor re-pick or decompose the backend this lesson pins; "
@@ -302,7 +302,7 @@ def parse(argv):
 
 
 def tag(args, run: cli.Run, backend: str) -> str:
-    return f"{outputs.run_tag(attention_flags.shape_tag(args), args, run)}_{backend}"
+    return f"{outputs.run_tag(shapes.attention_tag(args), args, run)}_{backend}"
 
 
 @dataclass
@@ -345,7 +345,7 @@ def profile_backend(backend: str, args, run: cli.Run, q, k, v, ref: dict) -> Res
 
     seen = profiling.look(out, EXPECT[backend])
     if args.bench:
-        model = traffic_model(attention_flags.sizes(args), cli.element_size(run), backend)
+        model = traffic_model(shapes.attention_sizes(args), cli.element_size(run), backend)
         with torch.no_grad(), pinned(backend):
             bench.report(
                 lambda: attention(q, k, v), run=run, model=model, trace=seen.trace, args=args
@@ -369,7 +369,7 @@ def main(argv=None) -> int:
     # float32 copies of q, k, v, the scaled q and k and the output. Fused backends: no scores.
     needs_math = args.backend in ("math", "all")
     cli.ensure_fits(
-        attention_flags.bytes_needed(
+        shapes.attention_bytes_needed(
             args, run, score_bytes=9 if needs_math else 0, fp32_copies=6 if needs_math else 0
         ),
         run,
@@ -401,7 +401,7 @@ def main(argv=None) -> int:
     print(
         comparison(
             [r.row for r in results],
-            f"backends compared ({attention_flags.shape_tag(args)}, {run.dtype_name}, {where}; "
+            f"backends compared ({shapes.attention_tag(args)}, {run.dtype_name}, {where}; "
             f"per forward, median of the {args.active} recorded steps):",
             on_gpu=run.on_gpu,
         )

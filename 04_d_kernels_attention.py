@@ -35,7 +35,7 @@ import torch
 from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, check, cli, kernel_source, outputs, profiling
+from common import check, cli, kernel_source, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import attention_reference
 from tracereader.expectations import Expect
@@ -94,7 +94,7 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: attention_flags.Sizes, elt: int, variant: str) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, variant: str) -> list[traffic.Kernel]:
     """q, k, v read once, the output written once; the causal kernel skips the key blocks
     above the diagonal, so half of the naive GEMMs' 4*B*H*S^2*D FLOPs."""
     label = {"fa2": "FlashAttention-2 fwd", "fa3": "FlashAttention-3 fwd"}[variant]
@@ -107,7 +107,7 @@ def traffic_model(sizes: attention_flags.Sizes, elt: int, variant: str) -> list[
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    attention_flags.add_shape_flags(parser)
+    shapes.add_attention_flags(parser)
     parser.add_argument(
         "--variant",
         choices=list(VARIANTS),
@@ -115,7 +115,7 @@ def parse(argv):
         help="fa2: kernels-community/flash-attn2 (version 3); fa3: kernels-community/"
         "flash-attn3 (version 1), Hopper GPUs only (default: fa2)",
     )
-    attention_flags.explain_compile(
+    cli.explain_compile(
         parser,
         "not offered here (refused): the kernel already fuses all of attention by hand, so "
         "Dynamo would only wrap it; 04_a and 04_b show what torch.compile does to attention",
@@ -147,11 +147,11 @@ def main(argv=None) -> int:
             f"--variant fa3 needs a Hopper GPU (compute capability 9.x); this one is "
             f"{major}.{minor}: use --variant fa2"
         )
-    cli.ensure_fits(attention_flags.bytes_needed(args, run, score_bytes=0), run)
+    cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=0), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        f"{outputs.run_tag(attention_flags.shape_tag(args), args, run)}_{args.variant}",
+        f"{outputs.run_tag(shapes.attention_tag(args), args, run)}_{args.variant}",
         gzip=args.gzip,
     )
 
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
 
     seen = profiling.look(out, EXPECT["eager"])
     if args.bench:
-        model = traffic_model(attention_flags.sizes(args), q.element_size(), args.variant)
+        model = traffic_model(shapes.attention_sizes(args), q.element_size(), args.variant)
         with torch.no_grad():
             bench.report(
                 lambda: flash_attention(flash_attn_func, q, k, v),

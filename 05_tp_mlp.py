@@ -41,7 +41,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, mlp_flags, outputs, profiling, torchrun
+from common import check, cli, outputs, profiling, shapes, torchrun
 from common.measuring import bench_ranks, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
@@ -143,7 +143,7 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int, *, fused: bool):
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     torchrun.add_flags(parser)
     return parser.parse_args(argv)
 
@@ -157,13 +157,13 @@ def main(argv=None) -> int:
             f"multiple of {launch.world} (each rank keeps hidden/N columns of gate and up)"
         )
     run = torchrun.resolve(args, launch)  # this rank's GPU (LOCAL_RANK), or the CPU
-    tag = outputs.run_tag(mlp_flags.shape_tag(args), args, run, extra=f"tp{launch.world}")
+    tag = outputs.run_tag(shapes.mlp_tag(args), args, run, extra=f"tp{launch.world}")
     out = torchrun.prepare(args.traces_dir, SCRIPT, tag, launch, gzip=args.gzip)
     group = torchrun.init_process_group(run, launch, timeout_s=args.timeout)
     # The whole MLP and the float32 reference live on every rank before the split.
     extra = 3 * args.dim * args.hidden // launch.world * cli.element_size(run)
     extra += bench_ranks.LINK_BYTES if args.bench and run.on_gpu else 0
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run) + extra, run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run) + extra, run)
 
     # Every rank builds the whole MLP and x from the same seed, so every rank holds the same
     # weights and input; the reference is the single-process MLP's output, before the split.

@@ -25,6 +25,7 @@ from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons u
     one_line,
     positive_int,
 )
+from tracereader.load import ELEMENT_TYPES
 
 # Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
 # and the trace must still open in Perfetto and read back in seconds.
@@ -33,7 +34,9 @@ MAX_ACTIVE = 10_000
 SEED_RANGE = (0, 2**64 - 1)  # what torch.manual_seed accepts
 
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# --dtype's choices: the reader's element types that the lessons run (fp64 only in traces).
+DTYPES = {short: getattr(torch, name) for short, (_, name) in ELEMENT_TYPES.items()}
+del DTYPES["fp64"]
 ROOT = Path(__file__).resolve().parent.parent  # the repository: lessons, common/, tools/
 
 
@@ -312,3 +315,8 @@ def _caused_by_interrupt(err: BaseException) -> bool:
         seen.add(id(err))
         err = err.__context__ or err.__cause__
     return False
+
+
+def explain_compile(parser: argparse.ArgumentParser, why: str) -> None:
+    """Rewrite the shared --compile flag's help where a lesson refuses it, so --help says why."""
+    parser._option_string_actions["--compile"].help = why  # argparse has no public setter

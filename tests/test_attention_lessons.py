@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from common import attention_flags, cli
+from common import cli, shapes
 from common.measuring import traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
 
@@ -294,7 +294,7 @@ def test_help_explains_the_shape_flags_and_the_refused_compile(capsys):
 
 def test_traffic_models_count_the_scores_round_trips():
     args = SimpleNamespace(batch=2, heads=4, seq=128, head_dim=64)
-    sizes, elt = attention_flags.sizes(args), 2
+    sizes, elt = shapes.attention_sizes(args), 2
     scores = sizes.scores * elt
     naive = load_script("04_a_naive_attention").traffic_model(sizes, elt, fused=False)
     inplace = load_script("04_b_inplace_ops_attention").traffic_model(sizes, elt, fused=False)
@@ -329,12 +329,12 @@ def test_memory_estimate_counts_scores_inputs_and_the_reference():
     qkv, scores, mask = 1 * 2 * 8 * 4, 1 * 2 * 8 * 8, 8 * 8
     inputs = 3 * qkv * 2 + mask
     reference = (4 * qkv + 2 * scores) * 4 + qkv * 2
-    assert attention_flags.bytes_needed(args, run, score_bytes=0) == inputs + reference
+    assert shapes.attention_bytes_needed(args, run, score_bytes=0) == inputs + reference
     # the naive bf16 forward (two bf16 score buffers, two outputs) stays under the float32
     # reference's peak; SDPA's math backend (9 bytes per score, six float32 copies) does not
     naive = 2 * 2 * scores + 2 * qkv * 2
-    assert attention_flags.bytes_needed(args, run, score_bytes=4) == inputs + max(naive, reference)
+    assert shapes.attention_bytes_needed(args, run, score_bytes=4) == inputs + max(naive, reference)
     math = 9 * scores + 6 * qkv * 4 + 2 * qkv * 2
     assert math > reference
-    assert attention_flags.bytes_needed(args, run, score_bytes=9, fp32_copies=6) == inputs + math
-    assert attention_flags.shape_tag(args) == "b1_h2_s8_d4"
+    assert shapes.attention_bytes_needed(args, run, score_bytes=9, fp32_copies=6) == inputs + math
+    assert shapes.attention_tag(args) == "b1_h2_s8_d4"

@@ -41,13 +41,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fused_geglu  # noqa: E402
-from common import check  # noqa: E402
+from common import check, cli  # noqa: E402
 from common.measuring import timing  # noqa: E402
 from models import GeGLUMLP, geglu_reference  # noqa: E402
 
 Config = fused_geglu.Config
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {name: cli.DTYPES[name] for name in ("bf16", "fp16")}  # the tensor cores' types
 
 
 def hopper_candidates(quick: bool) -> list[Config]:

@@ -1,8 +1,9 @@
-"""Shape flags, file tag and memory estimate shared by the four attention lessons (Part 3).
+"""The lessons' shape flags, the file tag they give, and the memory a run of that shape holds.
 
-q, k and v are [batch, heads, seq, head_dim] as SDPA takes them (04_d lays them out as
-[batch, seq, heads, head_dim], the same elements); the scores of the unfused forward are
-[batch, heads, seq, seq], which is what makes attention memory-hungry.
+Two families: the GeGLU MLP's (03_*, 05_tp_mlp; tokens = batch x seq, model width dim, MLP
+width hidden) and attention's (04_*; q, k and v are [batch, heads, seq, head_dim] as SDPA takes
+them, 04_d lays them out as [batch, seq, heads, head_dim], the same elements). The unfused
+attention's scores are [batch, heads, seq, seq], which is what makes attention memory-hungry.
 """
 
 from __future__ import annotations
@@ -10,12 +11,50 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-import torch
+from common.cli import Run, element_size, positive_int
 
-from common.cli import Run, positive_int
+# --- the GeGLU MLP ------------------------------------------------------------------------------
 
 
-def add_shape_flags(parser: argparse.ArgumentParser) -> None:
+def add_mlp_flags(parser: argparse.ArgumentParser) -> None:
+    """The post's shape: 64 sequences of 128 tokens, width 768, MLP width 3072."""
+    parser.add_argument("--batch", type=positive_int, default=64, help="(default: 64)")
+    parser.add_argument(
+        "--seq",
+        type=positive_int,
+        default=128,
+        help="tokens per sequence; the GEMMs see M = batch * seq (default: 128)",
+    )
+    parser.add_argument("--dim", type=positive_int, default=768, help="model width (default: 768)")
+    parser.add_argument(
+        "--hidden",
+        type=positive_int,
+        default=3072,
+        help="MLP width, 4 x dim as usual (default: 3072)",
+    )
+
+
+def mlp_tag(args: argparse.Namespace) -> str:
+    return f"b{args.batch}_s{args.seq}_d{args.dim}_h{args.hidden}"
+
+
+def mlp_bytes_needed(args: argparse.Namespace, run: Run) -> int:
+    """What a GeGLU MLP run holds at its peak, in bytes.
+
+    In the run's dtype: the three weights, x, the intermediates g, u, h, m and two outputs
+    alive at once (warm-up keeps the last). The float32 reference adds a float32 copy of the
+    weights and x and its own intermediates and output. The comparison itself works in
+    slices and adds little.
+    """
+    tokens, dim, hidden = args.batch * args.seq, args.dim, args.hidden
+    weights, x, inner, y = 3 * dim * hidden, tokens * dim, 4 * tokens * hidden, tokens * dim
+    return (weights + x + inner + 2 * y) * element_size(run) + (weights + x + inner + y) * 4
+
+
+# --- attention ----------------------------------------------------------------------------------
+
+
+def add_attention_flags(parser: argparse.ArgumentParser) -> None:
     """The public port's flags and defaults: a batch of 8 sequences of 1024 tokens, 16 heads
     of 64 features (a GPT-2-medium-sized layer)."""
     parser.add_argument(
@@ -40,12 +79,12 @@ def add_shape_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def shape_tag(args: argparse.Namespace) -> str:
+def attention_tag(args: argparse.Namespace) -> str:
     return f"b{args.batch}_h{args.heads}_s{args.seq}_d{args.head_dim}"
 
 
 @dataclass(frozen=True)
-class Sizes:
+class AttentionSizes:
     """The shape, and element counts of one run's tensors."""
 
     batch_heads: int  # independent attention problems: batch * heads
@@ -56,9 +95,9 @@ class Sizes:
     mask: int  # the [seq, seq] causal mask
 
 
-def sizes(args: argparse.Namespace) -> Sizes:
+def attention_sizes(args: argparse.Namespace) -> AttentionSizes:
     bh = args.batch * args.heads
-    return Sizes(
+    return AttentionSizes(
         batch_heads=bh,
         seq=args.seq,
         head_dim=args.head_dim,
@@ -68,7 +107,7 @@ def sizes(args: argparse.Namespace) -> Sizes:
     )
 
 
-def bytes_needed(
+def attention_bytes_needed(
     args: argparse.Namespace, run: Run, *, score_bytes: int, fp32_copies: int = 0
 ) -> int:
     """What an attention run holds at its peak, in bytes.
@@ -83,14 +122,9 @@ def bytes_needed(
     float32 score buffers and its output. The forward's intermediates are gone by then, so
     the larger of the two counts, not their sum.
     """
-    n = sizes(args)
-    elt = torch.empty((), dtype=run.dtype).element_size()
+    n = attention_sizes(args)
+    elt = element_size(run)
     inputs = 3 * n.qkv * elt + n.mask
     forward = n.scores * score_bytes + fp32_copies * n.qkv * 4 + 2 * n.qkv * elt
     reference = (4 * n.qkv + 2 * n.scores) * 4 + n.qkv * elt
     return inputs + max(forward, reference)
-
-
-def explain_compile(parser: argparse.ArgumentParser, why: str) -> None:
-    """Rewrite the shared --compile flag's help where a lesson refuses it, so --help says why."""
-    parser._option_string_actions["--compile"].help = why  # argparse has no public setter
