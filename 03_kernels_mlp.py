@@ -79,12 +79,12 @@ def parse(argv):
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if args.device == "cpu" or not torch.cuda.is_available():
-        raise cli.UsageError(
-            "03_kernels_mlp.py needs a CUDA GPU: Liger's GeGLU is a Triton "
-            "kernel and Triton has no CPU backend here (03_simple_mlp.py runs "
-            "on a CPU)"
-        )
+    cli.require_gpu(
+        f"{SCRIPT}.py",
+        args,
+        "Liger's GeGLU is a Triton kernel and Triton has no CPU backend here "
+        "(03_simple_mlp.py runs on a CPU)",
+    )
     run = cli.resolve(args)
     cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
     out = outputs.prepare(

@@ -148,11 +148,11 @@ def parse(argv):
         "efficient, flash, cudnn, or all (each of the four in turn, then one comparison "
         "table) (default: auto)",
     )
-    cli.explain_compile(
+    cli.refuse_compile(
         parser,
-        "not offered here (refused): SDPA already is the kernel each backend runs, and "
-        "compiling would let Inductor re-pick or decompose the backend this lesson pins; "
-        "04_a and 04_b show what torch.compile does to attention",
+        "SDPA already is the kernel(s) each backend runs, and compiling would let Inductor "
+        "re-pick or decompose the backend this lesson pins; run 04_a or 04_b with --compile "
+        "to see what the compiler does to attention",
     )
     return parser.parse_args(argv)
 
@@ -206,11 +206,6 @@ def profile_backend(backend: str, args, run: cli.Run, q, k, v, ref: dict) -> sdp
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if args.compile:
-        raise cli.UsageError(
-            "04_c_sdpa_attention.py does not take --compile: each backend already is its "
-            "kernel(s); run 04_a or 04_b with --compile to see what the compiler does"
-        )
     run = cli.resolve(args)
     # math's peak: two float32 score buffers and a boolean one (softmax's input and output,
     # the fully-masked-row test; 1396 MiB in all on an H100 at the default shape), plus

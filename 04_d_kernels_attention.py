@@ -115,26 +115,22 @@ def parse(argv):
         help="fa2: kernels-community/flash-attn2 (version 3); fa3: kernels-community/"
         "flash-attn3 (version 1), Hopper GPUs only (default: fa2)",
     )
-    cli.explain_compile(
+    cli.refuse_compile(
         parser,
-        "not offered here (refused): the kernel already fuses all of attention by hand, so "
-        "Dynamo would only wrap it; 04_a and 04_b show what torch.compile does to attention",
+        "the kernel already fuses all of attention by hand, so Dynamo would only wrap it; "
+        "run 04_a or 04_b with --compile to see what the compiler does to attention",
     )
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if args.compile:
-        raise cli.UsageError(
-            "04_d_kernels_attention.py does not take --compile: the kernel is already one "
-            "fused kernel; run 04_a or 04_b with --compile to see what the compiler does"
-        )
-    if args.device == "cpu" or not torch.cuda.is_available():
-        raise cli.UsageError(
-            "04_d_kernels_attention.py needs a CUDA GPU: FlashAttention's kernels are CUDA "
-            "code with no CPU build (04_c_sdpa_attention.py --backend flash runs on a CPU)"
-        )
+    cli.require_gpu(
+        f"{SCRIPT}.py",
+        args,
+        "FlashAttention's kernels are CUDA code with no CPU build "
+        "(04_c_sdpa_attention.py --backend flash runs on a CPU)",
+    )
     if args.dtype == "fp32":
         raise cli.UsageError(
             "FlashAttention computes in bf16 or fp16 only: choose --dtype bf16 or fp16 "

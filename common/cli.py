@@ -317,6 +317,24 @@ def _caused_by_interrupt(err: BaseException) -> bool:
     return False
 
 
-def explain_compile(parser: argparse.ArgumentParser, why: str) -> None:
-    """Rewrite the shared --compile flag's help where a lesson refuses it, so --help says why."""
-    parser._option_string_actions["--compile"].help = why  # argparse has no public setter
+class _Refused(argparse._StoreTrueAction):
+    """A shared flag that a lesson refuses: one line and exit 2 at parse time, the reason in
+    --help."""
+
+    why = ""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{parser.prog} does not take {option_string}: {self.why}")
+
+
+def refuse_compile(parser: argparse.ArgumentParser, why: str) -> None:
+    """Refuse the shared --compile flag where compiling would not teach anything, saying why."""
+    action = parser._option_string_actions["--compile"]  # argparse has no public setter
+    action.__class__, action.why, action.help = _Refused, why, f"not offered here (refused): {why}"
+
+
+def require_gpu(script: str, args: argparse.Namespace, why: str) -> None:
+    """One line and exit 2 before any work where a lesson needs a CUDA GPU (`why`: what needs
+    it, and what runs on a CPU instead)."""
+    if args.device == "cpu" or not torch.cuda.is_available():
+        raise UsageError(f"{script} needs a CUDA GPU: {why}")

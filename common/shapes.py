@@ -1,9 +1,10 @@
 """The lessons' shape flags, the file tag they give, and the memory a run of that shape holds.
 
-Two families: the GeGLU MLP's (03_*, 05_tp_mlp; tokens = batch x seq, model width dim, MLP
-width hidden) and attention's (04_*; q, k and v are [batch, heads, seq, head_dim] as SDPA takes
-them, 04_d lays them out as [batch, seq, heads, head_dim], the same elements). The unfused
-attention's scores are [batch, heads, seq, seq], which is what makes attention memory-hungry.
+02_linear's nn.Linear (batch, in_dim, out_dim); the GeGLU MLP's (03_*, 05_tp_mlp; tokens =
+batch x seq, model width dim, MLP width hidden); attention's (04_*; q, k and v are
+[batch, heads, seq, head_dim] as SDPA takes them, 04_d lays them out as
+[batch, seq, heads, head_dim], the same elements). The unfused attention's scores are
+[batch, heads, seq, seq], which is what makes attention memory-hungry.
 """
 
 from __future__ import annotations
@@ -12,6 +13,30 @@ import argparse
 from dataclasses import dataclass
 
 from common.cli import Run, element_size, positive_int
+
+# --- nn.Linear -----------------------------------------------------------------------------------
+
+
+def add_linear_flags(parser: argparse.ArgumentParser) -> None:
+    """The post's shape: x [1024, 32] through nn.Linear(32, 64)."""
+    parser.add_argument(
+        "--batch", type=positive_int, default=1024, help="rows of x (default: 1024, the post's)"
+    )
+    parser.add_argument(
+        "--in_dim", "--in-dim", type=positive_int, default=32, help="input features (default: 32)"
+    )
+    parser.add_argument(
+        "--out_dim",
+        "--out-dim",
+        type=positive_int,
+        default=64,
+        help="output features (default: 64)",
+    )
+
+
+def linear_tag(args: argparse.Namespace) -> str:
+    return f"b{args.batch}_in{args.in_dim}_out{args.out_dim}"
+
 
 # --- the GeGLU MLP ------------------------------------------------------------------------------
 
