@@ -1,6 +1,7 @@
 """Plumbing shared by the numbered scripts: flags, the profiling loop, trace files, sharing.
 
-Nothing here defines a model: each script keeps its module in plain sight.
+Nothing here defines a model: a lesson shows its own, or imports one that several lessons
+run from models.py.
 """
 
 import os
