@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from tracereader.expectations import Expect
 
@@ -59,23 +59,7 @@ def traffic_model(batch: int, in_dim: int, out_dim: int, elt: int) -> list[traff
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    parser.add_argument(
-        "--batch", type=cli.positive_int, default=1024, help="rows of x (default: 1024, the post's)"
-    )
-    parser.add_argument(
-        "--in_dim",
-        "--in-dim",
-        type=cli.positive_int,
-        default=32,
-        help="input features (default: 32)",
-    )
-    parser.add_argument(
-        "--out_dim",
-        "--out-dim",
-        type=cli.positive_int,
-        default=64,
-        help="output features (default: 64)",
-    )
+    shapes.add_linear_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -88,7 +72,7 @@ def main(argv=None) -> int:
     # reference with its float32 copies of x and w.
     cli.ensure_fits((b * i + i * o + o + 2 * b * o) * elt + (b * i + i * o + b * o) * 4, run)
     out = outputs.prepare(
-        args.traces_dir, SCRIPT, outputs.run_tag(f"b{b}_in{i}_out{o}", args, run), gzip=args.gzip
+        args.traces_dir, SCRIPT, outputs.run_tag(shapes.linear_tag(args), args, run), gzip=args.gzip
     )
 
     # The module: y = x @ w.T + b.

@@ -7,6 +7,11 @@ weights so that one tile holds matching gate and up columns, how to register a T
 a custom op that torch.compile sees through (no graph break), and what a TMA, persistent kernel
 changes on Hopper.
 
+The kernel and its module live in fused_geglu.py; read it beside this file. GeGLUMLP's weights
+(models.py), with gate and up packed once so that a tile holds matching columns of both:
+    m = fused_gate_up_geglu(x, gate_up)   # one Triton GEMM, gelu_tanh(g) * u in its epilogue
+    y = down_proj(m)                      # cuBLAS, as in 03_simple_mlp.py
+
 Guess first. Per recorded step, on a GPU:
   eager     Python launches one Triton kernel (fused_gate_up_geglu_tma_kernel on Hopper,
             fused_gate_up_geglu_kernel elsewhere; a cuLaunchKernelEx right under
@@ -30,384 +35,22 @@ script says in one line that it needs a GPU.
     TRITON_INTERPRET=1 uv run 03_fused_mlp.py --batch 2 --seq 3 --dim 16 --hidden 32
 """
 
-import importlib
 import sys
 import time
-import warnings
-from dataclasses import dataclass, replace
-from functools import cache
+from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
-import triton
-import triton.language as tl
-from torch import nn
-from torch.library import triton_op, wrap_triton
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, mlp_flags, outputs, profiling
+import fused_geglu
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
+from models import GeGLUMLP
+from models import geglu_reference as reference
 from tracereader.expectations import Expect
 
 SCRIPT = "03_fused_mlp"
 ANNOTATION = "fused_mlp_fwd"
-OP = "profiling_pytorch::fused_gate_up_geglu"
-# Triton reads TRITON_INTERPRET=1 when it is imported. Its kernels then run on the CPU in NumPy.
-INTERPRETING = triton.knobs.runtime.interpret
-# The interpreter keeps bf16 as raw 16-bit integers, and its tl.dot multiplies those bits
-# (triton-lang/triton#11584). Interpreted kernels convert the operands to float32 first; on a
-# GPU this constant is False and the compiler drops the branch.
-UPCAST_FOR_INTERPRETER = tl.constexpr(INTERPRETING)
-if INTERPRETING:  # gelu_tanh lets exp2 overflow to inf on purpose; NumPy would warn every time
-    warnings.filterwarnings("ignore", "overflow encountered in exp2", RuntimeWarning)
-
-# The Part 2 module, imported from its lesson (a file name that starts with a digit can only be
-# imported this way). Built from the same seed, it has the same weights as in 03_simple_mlp.py.
-simple_mlp = importlib.import_module("03_simple_mlp")
-
-
-# --- The epilogue: what happens to the accumulator before anything is written -----------------
-
-
-@triton.jit
-def gelu_tanh(g):
-    """0.5 * g * (1 + tanh(z)), z = sqrt(2/pi) * (g + 0.044715 * g^3), in float32.
-
-    1 + tanh(z) = 2 * sigmoid(2z) = 2 / (1 + exp(-2z)), so this is g / (1 + exp(-2z)): one
-    exp2 (the hardware's own exponential: exp(y) = exp2(y * log2(e))) and one fast division
-    instead of tanh's longer sequence. Large |g| is safe: exp2 goes to 0 or inf, and g / inf = 0.
-    """
-    minus_2z_log2e = g * (-2.0 * 0.7978845608028654 * 1.4426950408889634) * (1.0 + 0.044715 * g * g)
-    return tl.fdiv(g, 1.0 + tl.exp2(minus_2z_log2e))  # ieee_rounding=False: the fast division
-
-
-@triton.jit
-def geglu(acc, HALF: tl.constexpr):
-    """[BLOCK_M, 2 * HALF] accumulator -> gelu_tanh(gate) * up, [BLOCK_M, HALF], in float32.
-
-    The packed weight puts HALF gate rows, then the HALF matching up rows, in every 2 * HALF
-    rows (pack_gate_up), so columns j and HALF + j of the tile are the same hidden unit's g and
-    u. The reshape and split only relabel registers: the pairs already sit in one thread.
-    """
-    pairs = tl.permute(tl.reshape(acc, (acc.shape[0], 2, HALF)), (0, 2, 1))
-    gate, up = tl.split(pairs)
-    return gelu_tanh(gate) * up
-
-
-@triton.jit
-def tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """Tile number -> (row block, column block), GROUP_M row blocks at a time (Triton's tutorial
-    03): consecutive tiles share x's rows and the weight's columns while they are in L2."""
-    tiles_per_group = GROUP_M * num_pid_n
-    first_m = (tile_id // tiles_per_group) * GROUP_M
-    group_rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile_id % tiles_per_group) % group_rows
-    pid_n = (tile_id % tiles_per_group) // group_rows
-    return pid_m, pid_n
-
-
-# --- The plain path: pointer loads with masks, one program per tile (Ampere, the interpreter) ----
-
-
-@triton.jit
-def fused_gate_up_geglu_kernel(
-    x_ptr,  # [M, K] activations
-    w_ptr,  # [2 * padded hidden, K] gate and up, packed (pack_gate_up)
-    out_ptr,  # [M, HIDDEN] m = gelu_tanh(x @ gate^T) * (x @ up^T)
-    M,
-    K,
-    HIDDEN,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wk,
-    stride_om,
-    stride_on,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,  # packed rows per tile: BLOCK_N // 2 gate, BLOCK_N // 2 up
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,  # "ieee" for float32 inputs (see CONFIGS), else unused
-):
-    HALF: tl.constexpr = BLOCK_N // 2
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(HIDDEN, HALF)
-    pid_m, pid_n = tile_coordinates(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
-
-    # x's rows past M wrap around (as in Triton's tutorial 03). The loads stay in bounds without
-    # a mask, and the store's mask drops those rows' results. The packed weight is padded to
-    # whole tiles, so its BLOCK_N rows always exist; only K needs a mask.
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
-    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn  # W^T, [K, N]
-
-    # Main loop: one pass over x's row block serves gate and up at once.
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        if UPCAST_FOR_INTERPRETER:
-            a, b = a.to(tl.float32), b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-        x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += BLOCK_K * stride_wk
-
-    # Epilogue: g and u exist only here, in registers; only their product is written.
-    m = geglu(acc, HALF)
-    offs_om = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_on = pid_n * HALF + tl.arange(0, HALF)
-    out_ptrs = out_ptr + offs_om[:, None] * stride_om + offs_on[None, :] * stride_on
-    in_bounds = (offs_om[:, None] < M) & (offs_on[None, :] < HIDDEN)
-    tl.store(out_ptrs, m.to(out_ptr.dtype.element_ty), mask=in_bounds)
-
-
-# --- The Hopper path: TMA descriptors, a persistent grid (compute capability 9.x) -------------
-
-
-@triton.jit
-def fused_gate_up_geglu_tma_kernel(
-    x_ptr,  # [M, K], rows 16-byte aligned
-    w_ptr,  # [N_PACKED, K] gate and up, packed
-    out_ptr,  # [M, HIDDEN]
-    M,
-    K,
-    HIDDEN,
-    N_PACKED,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    FLATTEN: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-):
-    HALF: tl.constexpr = BLOCK_N // 2
-    # A descriptor tells the copy engine (TMA) a tensor's shape and strides: it moves whole
-    # [rows, cols] boxes between HBM and shared memory without the threads computing addresses.
-    # Box parts past the tensor's edge read as zeros and are not written, so there are no masks.
-    x_desc = tl.make_tensor_descriptor(x_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
-    w_desc = tl.make_tensor_descriptor(w_ptr, [N_PACKED, K], [K, 1], [BLOCK_N, BLOCK_K])
-    out_desc = tl.make_tensor_descriptor(out_ptr, [M, HIDDEN], [HIDDEN, 1], [BLOCK_M, HALF])
-
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(HIDDEN, HALF)
-    num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    # Persistent: the grid has one program per SM (or fewer), and each walks the tiles with a
-    # stride of the grid's size. The epilogue recomputes its tile from a second counter, as
-    # Triton's tutorial 09 does, so that the flattened loop (FLATTEN) can start the next tile's
-    # loads during this tile's epilogue without the two sharing a value.
-    tile_id_c = tl.program_id(0) - tl.num_programs(0)
-    for tile_id in tl.range(
-        tl.program_id(0),
-        num_tiles,
-        tl.num_programs(0),
-        flatten=FLATTEN,
-        warp_specialize=WARP_SPECIALIZE,
-    ):
-        pid_m, pid_n = tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(k_tiles):
-            a = x_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-            b = w_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
-            if UPCAST_FOR_INTERPRETER:
-                a, b = a.to(tl.float32), b.to(tl.float32)
-            acc = tl.dot(a, b.T, acc)
-
-        tile_id_c += tl.num_programs(0)
-        pid_m, pid_n = tile_coordinates(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
-        m = geglu(acc, HALF)
-        out_desc.store([pid_m * BLOCK_M, pid_n * HALF], m.to(out_ptr.dtype.element_ty))
-
-
-# --- Configurations and the launch -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Config:
-    """One kernel configuration. block_n counts packed rows: block_n // 2 gate, block_n // 2 up."""
-
-    path: str  # "plain" or "hopper"
-    block_m: int
-    block_n: int
-    block_k: int
-    stages: int  # software pipelining depth: K tiles loading while one is multiplied
-    warps: int
-    group_m: int = 8
-    persistent: bool = True  # hopper: one program per SM, else one per tile
-    flatten: bool = True  # hopper: one flat loop over (tile, k): next loads overlap the epilogue
-    warp_specialize: bool = False  # hopper: separate warps load, others multiply (Triton's own)
-
-    def describe(self) -> str:
-        tile = f"{self.block_m}x{self.block_n}x{self.block_k}"
-        text = f"{self.path} {tile} s{self.stages} w{self.warps} g{self.group_m}"
-        if self.path == "hopper":
-            text += "".join(
-                f" {name}" if on else ""
-                for name, on in (
-                    ("persistent", self.persistent),
-                    ("flatten", self.flatten),
-                    ("ws", self.warp_specialize),
-                )
-            )
-        return text
-
-
-# One fixed configuration per path, no autotuning: the kernel compiles once per dtype (about a
-# second, then cached on disk), and the packed weight's layout depends on block_n. Measured by
-# tools/tune_fused_mlp.py on an H100 (torch 2.11, Triton 3.6, bf16, M=8192, dim 768, hidden
-# 3072; do_bench medians, 2026-11-22; docs/measurements.md), against cuBLAS's 115-121 us for
-# gate and up as one GEMM over the concatenated weight and 122-124 us as two:
-CONFIGS = {
-    # 121-124 us. One 128 x 256 accumulator (128 gate + 128 up columns) per tile, two
-    # warpgroups, 176 KB of shared memory. 4 stages and warp specialization measured the same
-    # within 2 us; 4 stages fill the shared memory to its last few KB, and Triton 3.6's Hopper
-    # warp specialization failed to compile 128 x 128 tiles, so both stay off.
-    "hopper": Config("hopper", 128, 256, 64, stages=3, warps=8),
-    # 152-156 us on the H100 (no TMA, no persistent grid): Triton's tutorial 03's first CUDA
-    # configuration, which fits the A100's shared memory (3 x 48 KB); not measured on an A100.
-    "plain": Config("plain", 128, 256, 64, stages=3, warps=8),
-    # float32: the dot runs in IEEE float32 on the CUDA cores, not as tf32 on the tensor cores.
-    # tf32 keeps 10 mantissa bits and lands near 3e-4, over common/check.py's 1e-4 for float32.
-    "plain-fp32": Config("plain", 64, 64, 32, stages=3, warps=4),
-}
-
-
-@cache
-def sm_count(device: torch.device) -> int:
-    """Programs of a persistent grid; on the interpreter, a few, so the tile loop still loops."""
-    if device.type != "cuda":
-        return 3
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _descriptor_scratch(size: int, alignment: int, stream):
-    """Device-side descriptors are written to a small global buffer per program: Triton asks
-    for it through this allocator (Inductor installs its own for compiled code)."""
-    return torch.empty(size, device="cuda", dtype=torch.int8)
-
-
-def traceable(kernel):
-    """wrap_triton lets torch.compile see the launch and keep it in its graph (inside the custom
-    op, when torch is not tracing, it hands back the kernel itself). Under Triton's interpreter
-    the kernel is a plain Python function that cannot be traced: launch it as is."""
-    return kernel if INTERPRETING else wrap_triton(kernel)
-
-
-def as_is(kernel):
-    return kernel
-
-
-def launch(
-    x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config, wrap=as_is
-) -> torch.Tensor:
-    """m [M, hidden] = gelu_tanh(x @ gate^T) * (x @ up^T), from x [M, dim] and the packed weight.
-    `wrap` is applied to the kernel before its launch (the custom op passes `traceable`)."""
-    M, K = x.shape
-    out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
-    if M == 0:
-        return out
-    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
-    meta = dict(
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
-        GROUP_M=config.group_m,
-        num_stages=config.stages,
-        num_warps=config.warps,
-    )
-    if config.path == "hopper":
-        if not INTERPRETING:
-            triton.set_allocator(_descriptor_scratch)
-        programs = min(tiles, sm_count(x.device)) if config.persistent else tiles
-        wrap(fused_gate_up_geglu_tma_kernel)[(programs,)](
-            x, gate_up, out, M, K, hidden, gate_up.shape[0],
-            FLATTEN=config.flatten, WARP_SPECIALIZE=config.warp_specialize, **meta,
-        )  # fmt: skip
-    else:
-        wrap(fused_gate_up_geglu_kernel)[(tiles,)](
-            x, gate_up, out, M, K, hidden,
-            x.stride(0), x.stride(1), gate_up.stride(0), gate_up.stride(1),
-            out.stride(0), out.stride(1),
-            DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", **meta,
-        )  # fmt: skip
-    return out
-
-
-# The custom op: torch.compile sees a call to it (Dynamo records the op, no graph break), and
-# Inductor looks inside triton_op to call the kernel directly from its generated code.
-@triton_op(OP, mutates_args=())
-def fused_gate_up_geglu(
-    x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: str
-) -> torch.Tensor:
-    return launch(x.contiguous(), gate_up, hidden, CONFIGS[config], wrap=traceable)
-
-
-@fused_gate_up_geglu.register_fake
-def _(x, gate_up, hidden, config):
-    """What the op returns, for tracing without running it (Dynamo, and Triton's interpreter
-    cannot run on the fake tensors that tracing uses)."""
-    return x.new_empty((x.shape[0], hidden))
-
-
-def gate_up_geglu(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: str):
-    """What the module calls. Eagerly, on a plain tensor that needs no gradient: the launch
-    itself, because going through the dispatcher into a Python custom op costs host time on
-    every call (about twice what launch() costs on the H100 of docs/measurements.md,
-    "Dispatch"), and at small shapes the GPU waits for the host. Everything else goes through
-    the custom op: torch.compile (Dynamo records it, Inductor launches the kernel from its own
-    code), other tracers (fake tensors), and a forward that autograd would record, so that a
-    backward fails loudly (the op has no backward) instead of leaving x without a gradient."""
-    direct = (
-        not torch.compiler.is_compiling()
-        and type(x) is torch.Tensor
-        and not (x.requires_grad and torch.is_grad_enabled())
-    )
-    if direct:
-        return launch(x.contiguous(), gate_up, hidden, CONFIGS[config])
-    return torch.ops.profiling_pytorch.fused_gate_up_geglu(x, gate_up, hidden, config)
-
-
-# --- The module --------------------------------------------------------------------------------
-
-
-def pack_gate_up(gate: torch.Tensor, up: torch.Tensor, half: int) -> torch.Tensor:
-    """[hidden, dim] gate and up -> [2 * padded, dim]: `half` gate rows, then the same hidden
-    units' `half` up rows, and again. A tile of 2 * half packed rows then holds matching gate and
-    up columns of the product. Zero rows pad hidden to a multiple of `half` (never stored)."""
-    hidden, dim = gate.shape
-    rows = (0, 0, 0, triton.cdiv(hidden, half) * half - hidden)
-    blocks = [F.pad(w, rows).view(-1, half, dim) for w in (gate, up)]
-    return torch.stack(blocks, dim=1).reshape(-1, dim).contiguous()
-
-
-class FusedGeGLUMLP(nn.Module):
-    """SimpleGeGLUMLP's weights; gate and up packed once, here, for the fused kernel."""
-
-    def __init__(self, mlp: "simple_mlp.SimpleGeGLUMLP", config: str):
-        super().__init__()
-        self.config = config
-        self.hidden = mlp.gate_proj.out_features
-        half = CONFIGS[config].block_n // 2
-        packed = pack_gate_up(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach(), half)
-        self.register_buffer("gate_up", packed)  # inference only: the op has no backward
-        self.down_proj = mlp.down_proj
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        m = gate_up_geglu(flat, self.gate_up, self.hidden, self.config)
-        return self.down_proj(m).view(*x.shape[:-1], -1)
-
-
-def reference(x: torch.Tensor, mlp: "simple_mlp.SimpleGeGLUMLP") -> torch.Tensor:
-    """What the MLP must compute, in float32: down(gelu_tanh(gate(x)) * up(x))."""
-    gate, up, down = (
-        p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    )
-    x = x.float()
-    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
@@ -416,7 +59,7 @@ EXPECT = {
         gpu={"gemm": 1, "triton": 1, "elementwise": 0, "inductor": 0},
         cpu_present=("aten::mm",),
         # eager skips the dispatcher: the op is there for torch.compile (gate_up_geglu)
-        cpu_absent=(OP, "aten::gelu", "aten::mul", "Torch-Compiled Region*"),
+        cpu_absent=(fused_geglu.OP, "aten::gelu", "aten::mul", "Torch-Compiled Region*"),
         why="gate, up and the GeGLU in one Triton kernel, down in one cuBLAS GEMM",
     ),
     "compile": Expect(
@@ -445,40 +88,9 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.
     return [fused, down]
 
 
-def choose_kernel(requested: str, run: cli.Run, dim: int, hidden: int) -> str:
-    """The path to run: "hopper" or "plain". auto: Hopper's on compute capability 9.x for bf16
-    and fp16 when TMA can address the tensors, else the plain one."""
-    elt = cli.element_size(run)
-    tma_rows = all(n * elt % 16 == 0 for n in (dim, hidden))  # TMA strides: 16-byte multiples
-    major, minor = torch.cuda.get_device_capability(run.device) if run.on_gpu else (None, None)
-    if requested == "plain":
-        return "plain"
-    if requested == "hopper":
-        if run.dtype == torch.float32:
-            raise cli.UsageError(
-                "--kernel hopper runs bf16 and fp16 on the tensor cores; fp32 takes the plain path"
-            )
-        if not tma_rows:
-            raise cli.UsageError(
-                f"--kernel hopper needs --dim and --hidden whose rows are multiples of 16 bytes "
-                f"for TMA (multiples of {16 // elt} in {run.dtype_name}); got {dim} and {hidden}"
-            )
-        if run.on_gpu and major < 9:
-            raise cli.UsageError(
-                f"--kernel hopper needs compute capability 9.0 or newer (TMA); this GPU is "
-                f"{major}.{minor}: use --kernel plain"
-            )
-        return "hopper"
-    return "hopper" if major == 9 and run.dtype != torch.float32 and tma_rows else "plain"
-
-
-def config_name(kernel: str, run: cli.Run) -> str:
-    return "plain-fp32" if kernel == "plain" and run.dtype == torch.float32 else kernel
-
-
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     parser.add_argument(
         "--kernel",
         choices=["auto", "plain", "hopper"],
@@ -492,46 +104,31 @@ def parse(argv):
 
 def main(argv=None) -> int:
     args = parse(argv)
-    on_cpu = args.device == "cpu" or not torch.cuda.is_available()
-    if on_cpu and not INTERPRETING:
-        raise cli.UsageError(
-            "03_fused_mlp.py needs a CUDA GPU: its kernel is Triton, which has no CPU backend "
-            "here (TRITON_INTERPRET=1 runs it through Triton's interpreter, tiny shapes only)"
-        )
-    if on_cpu and args.compile:
-        raise cli.UsageError(
-            "--compile needs a GPU here: Inductor cannot compile a kernel that Triton's "
-            "interpreter runs (tests/test_fused_mlp.py checks the graph on a CPU with Dynamo)"
-        )
+    fused_geglu.refuse_unrunnable(args.device, args.compile)
     run = cli.resolve(args)
-    kernel = choose_kernel(args.kernel, run, args.dim, args.hidden)
+    kernel = fused_geglu.choose_kernel(args.kernel, run, args.dim, args.hidden)
     packed_bytes = 2 * args.dim * args.hidden * cli.element_size(run)
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run) + packed_bytes, run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run) + packed_bytes, run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(mlp_flags.shape_tag(args), args, run, extra=kernel),
+        outputs.run_tag(shapes.mlp_tag(args), args, run, extra=kernel),
         gzip=args.gzip,
     )
 
-    mlp = simple_mlp.SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
-    fused = FusedGeGLUMLP(mlp, config_name(kernel, run)).eval()
-    print(f"kernel: {CONFIGS[fused.config].describe()}{' (interpreted)' if INTERPRETING else ''}")
+    mlp = GeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
+    fused = fused_geglu.FusedGeGLUMLP(mlp, fused_geglu.config_name(kernel, run)).eval()
+    print(f"kernel: {fused.describe()}")
     forward = torch.compile(fused) if args.compile else fused
     x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
 
     with torch.no_grad():
-        if not args.compile:
+        if not args.compile:  # Triton compiles the kernel on its first call, then caches it
             start = time.perf_counter()
             forward(x)
             profiling.synchronize(run)
-            how = (
-                "Triton's interpreter compiles nothing"
-                if INTERPRETING
-                else "the kernel is compiled for this configuration and dtype, then cached "
-                "in ~/.triton/cache"
-            )
-            print(f"triton: first call took {time.perf_counter() - start:.2f} s ({how})")
+            print(f"triton: first call took {time.perf_counter() - start:.2f} s", end=" ")
+            print(f"({fused_geglu.FIRST_CALL})")
         y = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
         check.against_reference(y, reference(x, mlp), run.dtype)
         del y

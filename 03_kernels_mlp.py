@@ -20,12 +20,12 @@ import sys
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, kernel_source, mlp_flags, outputs, profiling
+from common import check, cli, kernel_source, outputs, profiling, shapes
 from common.measuring import bench, traffic
+from models import geglu_reference as reference  # Liger's module has the same weights
 from tracereader.expectations import Expect
 
 SCRIPT = "03_kernels_mlp"
@@ -64,15 +64,6 @@ def fetch_liger_layers():
     return get_kernel(REPO_ID, version=1).layers
 
 
-def reference(x: torch.Tensor, mlp) -> torch.Tensor:
-    """What LigerGEGLUMLP must compute, in float32: down(gelu_tanh(gate(x)) * up(x))."""
-    gate, up, down = (
-        p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    )
-    x = x.float()
-    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
-
-
 def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.Kernel]:
     """Liger's kernel reads g and u once and writes gelu(g) * u once, between the GEMMs."""
     gate, up, down = traffic.geglu_projections(tokens, dim, hidden, elt)
@@ -82,24 +73,24 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if args.device == "cpu" or not torch.cuda.is_available():
-        raise cli.UsageError(
-            "03_kernels_mlp.py needs a CUDA GPU: Liger's GeGLU is a Triton "
-            "kernel and Triton has no CPU backend here (03_simple_mlp.py runs "
-            "on a CPU)"
-        )
+    cli.require_gpu(
+        f"{SCRIPT}.py",
+        args,
+        "Liger's GeGLU is a Triton kernel and Triton has no CPU backend here "
+        "(03_simple_mlp.py runs on a CPU)",
+    )
     run = cli.resolve(args)
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run), run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(mlp_flags.shape_tag(args), args, run),
+        outputs.run_tag(shapes.mlp_tag(args), args, run),
         gzip=args.gzip,
     )
 

@@ -20,15 +20,15 @@ Guess first:
   mark-dynamic     torch._dynamo.mark_dynamic on the batch and seq dims: the same, opted in per
                    input rather than for the whole function.
   liger            no compiles at all (GPU only).
-  fused            03_fused_mlp.py's module (GPU only): gate, up and the GeGLU in one Triton
-                   GEMM, down by cuBLAS; two kernels, no compile, no Dynamo. Large shapes: the
-                   lowest GPU time, its one kernel taking about what cuBLAS takes for gate and
-                   up alone (the "gate/up+GeGLU us" column): no GeGLU kernel, and g and u never
-                   reach HBM. Small shapes: host-bound like the rest, with eager's kind of
+  fused            03_fused_mlp.py's module (fused_geglu.py, GPU only): gate, up and the GeGLU in
+                   one Triton GEMM, down by cuBLAS; two kernels, no compile, no Dynamo. Large
+                   shapes: the lowest GPU time, its one kernel taking about what cuBLAS takes for
+                   gate and up alone (the "gate/up+GeGLU us" column): no GeGLU kernel, and g and u
+                   never reach HBM. Small shapes: host-bound like the rest, with eager's kind of
                    dispatch (Triton's Python launcher, then aten::linear: two launches), not a
-                   compiled wrapper's: it should not lose to eager where compile and Liger do.
-                   If it does, compare its GPU time with eager's: if that is still lower, what
-                   loses is the host's launch path, not fusion (docs/measurements.md).
+                   compiled wrapper's: it should not lose to eager where compile and Liger do. If it
+                   does, compare its GPU time with eager's: if that is still lower, what loses is
+                   the host's launch path, not fusion (docs/measurements.md).
   cuda-graph       torch.compile(mode="reduce-overhead") (GPU only): compile's kernels and
                    compiles, replayed from a CUDA graph: one graph launch (plus a copy of x into
                    the graph's static input) instead of one launch per kernel. Small shapes: the
@@ -62,6 +62,7 @@ from torch.profiler import profile
 
 from common import check, cli, outputs, profiling
 from common.measuring import sweep_report, timing
+from models import GeGLUMLP, geglu_reference
 from tracereader.kernel_names import classify
 
 SCRIPT = "03_shape_sweep"
@@ -379,17 +380,18 @@ def _listed(names) -> str:
 
 
 class Lessons:
-    """The lessons the variants are built from, imported as they are (a file name that starts
-    with a digit can only be imported this way); 03_fused_mlp only when asked for, because it
-    registers its custom op when imported."""
+    """Where the variants' modules come from: models.py and 03_kernels_mlp's Liger loader
+    (a file name that starts with a digit can only be imported this way); fused_geglu only
+    when asked for, because it registers its custom op when imported."""
 
     def __init__(self):
-        self.mlp = importlib.import_module("03_simple_mlp")  # the module, as the lesson has it
         self.kernels = importlib.import_module("03_kernels_mlp")  # Liger's loader
 
     @cached_property
     def fused(self):
-        return importlib.import_module("03_fused_mlp")
+        import fused_geglu
+
+        return fused_geglu
 
 
 def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
@@ -428,7 +430,7 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
                     out = fn(x).clone()
                 profiling.synchronize(run)
                 graphs, seconds, hits = (a - b for a, b in zip(snapshot(), before, strict=True))
-                err = check.relative_error(out, lessons.mlp.reference(x, references[hidden]))
+                err = check.relative_error(out, geglu_reference(x, references[hidden]))
                 if err > check.TOLERANCE[run.dtype]:
                     raise check.MismatchError(
                         f"{variant} at {batch}x{seq}, hidden {hidden}: relative error {err:.2e}"
@@ -472,7 +474,7 @@ def build(
 
     Seeded here, so that every variant gets the same weights for the same seed: Liger's module
     creates gate, up and down in 03_simple_mlp.py's order, and the fused module packs the very
-    weights of a SimpleGeGLUMLP built from the seed (and is checked against that module)."""
+    weights of a GeGLUMLP built from the seed (and is checked against that module)."""
     torch.manual_seed(seed)
     if variant == "liger":
         from common import kernel_source
@@ -483,14 +485,14 @@ def build(
         config = kernels.GeGLUConfig(hidden_size=dim, intermediate_size=hidden)
         module = layers.LigerGEGLUMLP(config).to(run.device, run.dtype).eval()
         return module, module
-    mlp = lessons.mlp.SimpleGeGLUMLP(dim, hidden).to(run.device, run.dtype).eval()
+    mlp = GeGLUMLP(dim, hidden).to(run.device, run.dtype).eval()
     if variant in ("fused", "fused-graph"):
         fused = lessons.fused
         # The lesson's own choice: Hopper's TMA kernel on compute capability 9.x (bf16, fp16),
         # else the plain one; its fixed configuration for that path and dtype.
         kernel = fused.choose_kernel("auto", run, dim, hidden)
         module = fused.FusedGeGLUMLP(mlp, fused.config_name(kernel, run)).eval()
-        print(f"fused kernel (hidden {hidden}): {fused.CONFIGS[module.config].describe()}")
+        print(f"fused kernel (hidden {hidden}): {module.describe()}")
         return module, mlp
     return mlp, mlp
 

@@ -3,6 +3,10 @@
 You will learn: how many kernels a small block really launches, which CPU ops reach the GPU
 and which only rewrite metadata, and what torch.compile fuses (and what it leaves alone).
 
+The module, GeGLUMLP from models.py (03_fused_mlp, 03_shape_sweep and 05_tp_mlp run the same):
+    g, u = gate_proj(x), up_proj(x)               # nn.Linear(dim, hidden, bias=False) each
+    y = down_proj(F.gelu(g, approximate="tanh") * u)   # nn.Linear(hidden, dim, bias=False)
+
 Guess first. Per recorded step, on a GPU:
   eager     three aten::linear dispatches (gate, up, down), each ending in aten::mm and one
             GEMM kernel, plus two elementwise kernels: aten::gelu and aten::mul. Five kernels.
@@ -19,40 +23,16 @@ On a CPU the same dispatch chain appears (compiled: a Torch-Compiled Region), no
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, mlp_flags, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
+from models import GeGLUMLP
+from models import geglu_reference as reference
 from tracereader.expectations import Expect
 
 SCRIPT = "03_simple_mlp"
 ANNOTATION = "mlp_fwd"
-
-
-class SimpleGeGLUMLP(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = self.gate_proj(x)
-        u = self.up_proj(x)
-        h = F.gelu(g, approximate="tanh")
-        m = h * u
-        return self.down_proj(m)
-
-
-def reference(x: torch.Tensor, mlp: SimpleGeGLUMLP) -> torch.Tensor:
-    """What the MLP must compute, in float32: down(gelu_tanh(gate(x)) * up(x))."""
-    gate, up, down = (
-        p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    )
-    x = x.float()
-    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
@@ -89,22 +69,22 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int, *, fused: bool):
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run), run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(mlp_flags.shape_tag(args), args, run),
+        outputs.run_tag(shapes.mlp_tag(args), args, run),
         gzip=args.gzip,
     )
 
-    mlp = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
+    mlp = GeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
     forward = torch.compile(mlp) if args.compile else mlp
     x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
 

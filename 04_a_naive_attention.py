@@ -27,8 +27,9 @@ import sys
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, check, cli, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
+from models import attention_reference as reference
 from tracereader.expectations import Expect
 
 SCRIPT = "04_a_naive_attention"
@@ -49,15 +50,6 @@ def naive_attention(
     scores = scores.masked_fill(mask, float("-inf"))  # out of place: a new [B, H, S, S] tensor
     attn = torch.softmax(scores, dim=-1)
     return attn @ v
-
-
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention in float32: softmax(q k^T / sqrt(head_dim), future masked) @ v."""
-    q, k, v = q.float(), k.float(), v.float()
-    seq = q.size(-2)
-    future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(diagonal=1)
-    scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))
-    return torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1) @ v
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
@@ -88,7 +80,7 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: attention_flags.Sizes, elt: int, *, fused: bool) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, *, fused: bool) -> list[traffic.Kernel]:
     """Every unfused op writes the [B, H, S, S] scores to HBM and the next one reads them back:
     the first GEMM writes them; the scale reads and writes; masked_fill's clone copies them
     (read + write), the mask reads and writes; softmax reads and writes; the second GEMM reads
@@ -117,7 +109,7 @@ def traffic_model(sizes: attention_flags.Sizes, elt: int, *, fused: bool) -> lis
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    attention_flags.add_shape_flags(parser)
+    shapes.add_attention_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -126,11 +118,11 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     elt = cli.element_size(run)
     # The forward holds two [B, H, S, S] buffers at once (each op's input and output).
-    cli.ensure_fits(attention_flags.bytes_needed(args, run, score_bytes=2 * elt), run)
+    cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=2 * elt), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(attention_flags.shape_tag(args), args, run),
+        outputs.run_tag(shapes.attention_tag(args), args, run),
         gzip=args.gzip,
     )
 
@@ -167,7 +159,7 @@ def main(argv=None) -> int:
 
     seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
-        model = traffic_model(attention_flags.sizes(args), elt, fused=args.compile)
+        model = traffic_model(shapes.attention_sizes(args), elt, fused=args.compile)
         with torch.no_grad():
             bench.report(
                 lambda: forward(q, k, v, mask), run=run, model=model, trace=seen.trace, args=args

@@ -32,8 +32,9 @@ import sys
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, check, cli, outputs, profiling
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
+from models import attention_reference as reference
 from tracereader.expectations import Expect
 
 SCRIPT = "04_b_inplace_ops_attention"
@@ -54,15 +55,6 @@ def inplace_attention(
     scores.masked_fill_(mask, float("-inf"))  # in place: the scores are overwritten, not copied
     attn = torch.softmax(scores, dim=-1)
     return attn @ v
-
-
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal attention in float32: softmax(q k^T / sqrt(head_dim), future masked) @ v."""
-    q, k, v = q.float(), k.float(), v.float()
-    seq = q.size(-2)
-    future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(diagonal=1)
-    scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))
-    return torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1) @ v
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
@@ -92,7 +84,7 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: attention_flags.Sizes, elt: int, *, fused: bool) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, *, fused: bool) -> list[traffic.Kernel]:
     """04_a's model minus the clone: the GEMM writes the scores; scale, mask and softmax each
     read and write them; the second GEMM reads them. Fused, one kernel reads the GEMM's scores
     once and writes the probabilities once. The [S, S] mask is read once (it stays in cache).
@@ -119,7 +111,7 @@ def traffic_model(sizes: attention_flags.Sizes, elt: int, *, fused: bool) -> lis
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    attention_flags.add_shape_flags(parser)
+    shapes.add_attention_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -128,11 +120,11 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     elt = cli.element_size(run)
     # The forward holds two [B, H, S, S] buffers at once (each op's input and output).
-    cli.ensure_fits(attention_flags.bytes_needed(args, run, score_bytes=2 * elt), run)
+    cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=2 * elt), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        outputs.run_tag(attention_flags.shape_tag(args), args, run),
+        outputs.run_tag(shapes.attention_tag(args), args, run),
         gzip=args.gzip,
     )
 
@@ -169,7 +161,7 @@ def main(argv=None) -> int:
 
     seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
-        model = traffic_model(attention_flags.sizes(args), elt, fused=args.compile)
+        model = traffic_model(shapes.attention_sizes(args), elt, fused=args.compile)
         with torch.no_grad():
             bench.report(
                 lambda: forward(q, k, v, mask), run=run, model=model, trace=seen.trace, args=args

@@ -35,8 +35,9 @@ import torch
 from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
-from common import attention_flags, check, cli, kernel_source, outputs, profiling
+from common import check, cli, kernel_source, outputs, profiling, shapes
 from common.measuring import bench, traffic
+from models import attention_reference
 from tracereader.expectations import Expect
 
 SCRIPT = "04_d_kernels_attention"
@@ -80,12 +81,7 @@ def flash_attention(flash_attn_func, q, k, v) -> torch.Tensor:
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal attention in float32, in the kernel's [batch, seq, heads, head_dim] layout."""
-    q, k, v = (t.float().transpose(1, 2) for t in (q, k, v))  # -> [batch, heads, seq, dim]
-    seq = q.size(-2)
-    future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(diagonal=1)
-    scores = (q @ k.transpose(-2, -1)).mul_(q.size(-1) ** -0.5)
-    out = torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1) @ v
-    return out.transpose(1, 2)
+    return attention_reference(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
@@ -98,7 +94,7 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: attention_flags.Sizes, elt: int, variant: str) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, variant: str) -> list[traffic.Kernel]:
     """q, k, v read once, the output written once; the causal kernel skips the key blocks
     above the diagonal, so half of the naive GEMMs' 4*B*H*S^2*D FLOPs."""
     label = {"fa2": "FlashAttention-2 fwd", "fa3": "FlashAttention-3 fwd"}[variant]
@@ -111,7 +107,7 @@ def traffic_model(sizes: attention_flags.Sizes, elt: int, variant: str) -> list[
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    attention_flags.add_shape_flags(parser)
+    shapes.add_attention_flags(parser)
     parser.add_argument(
         "--variant",
         choices=list(VARIANTS),
@@ -119,26 +115,22 @@ def parse(argv):
         help="fa2: kernels-community/flash-attn2 (version 3); fa3: kernels-community/"
         "flash-attn3 (version 1), Hopper GPUs only (default: fa2)",
     )
-    attention_flags.explain_compile(
+    cli.refuse_compile(
         parser,
-        "not offered here (refused): the kernel already fuses all of attention by hand, so "
-        "Dynamo would only wrap it; 04_a and 04_b show what torch.compile does to attention",
+        "the kernel already fuses all of attention by hand, so Dynamo would only wrap it; "
+        "run 04_a or 04_b with --compile to see what the compiler does to attention",
     )
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse(argv)
-    if args.compile:
-        raise cli.UsageError(
-            "04_d_kernels_attention.py does not take --compile: the kernel is already one "
-            "fused kernel; run 04_a or 04_b with --compile to see what the compiler does"
-        )
-    if args.device == "cpu" or not torch.cuda.is_available():
-        raise cli.UsageError(
-            "04_d_kernels_attention.py needs a CUDA GPU: FlashAttention's kernels are CUDA "
-            "code with no CPU build (04_c_sdpa_attention.py --backend flash runs on a CPU)"
-        )
+    cli.require_gpu(
+        f"{SCRIPT}.py",
+        args,
+        "FlashAttention's kernels are CUDA code with no CPU build "
+        "(04_c_sdpa_attention.py --backend flash runs on a CPU)",
+    )
     if args.dtype == "fp32":
         raise cli.UsageError(
             "FlashAttention computes in bf16 or fp16 only: choose --dtype bf16 or fp16 "
@@ -151,11 +143,11 @@ def main(argv=None) -> int:
             f"--variant fa3 needs a Hopper GPU (compute capability 9.x); this one is "
             f"{major}.{minor}: use --variant fa2"
         )
-    cli.ensure_fits(attention_flags.bytes_needed(args, run, score_bytes=0), run)
+    cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=0), run)
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,
-        f"{outputs.run_tag(attention_flags.shape_tag(args), args, run)}_{args.variant}",
+        f"{outputs.run_tag(shapes.attention_tag(args), args, run)}_{args.variant}",
         gzip=args.gzip,
     )
 
@@ -193,7 +185,7 @@ def main(argv=None) -> int:
 
     seen = profiling.look(out, EXPECT["eager"])
     if args.bench:
-        model = traffic_model(attention_flags.sizes(args), q.element_size(), args.variant)
+        model = traffic_model(shapes.attention_sizes(args), q.element_size(), args.variant)
         with torch.no_grad():
             bench.report(
                 lambda: flash_attention(flash_attn_func, q, k, v),

@@ -1,5 +1,6 @@
-"""Beyond the posts: the GeGLU MLP of 03_simple_mlp.py split tensor-parallel over N ranks,
-with torch.distributed itself (a DeviceMesh and parallelize_module), profiled on every rank.
+"""Beyond the posts: the GeGLU MLP of 03_simple_mlp.py (models.GeGLUMLP) split tensor-parallel
+over N ranks with torch.distributed itself (a DeviceMesh and parallelize_module), profiled on
+every rank.
 
 You will learn: what tensor parallelism costs per forward (one all-reduce of the output, and
 nothing else), where it shows in a trace (an NCCL kernel on the GPU lane, c10d ops on the CPU
@@ -14,7 +15,7 @@ Guess first. Per rank and recorded step, N > 1, on a GPU:
   eager     three GEMMs of 1/N the width (aten::mm each), GeLU and mul as two elementwise
             kernels, a Memcpy DtoD (the functional all-reduce clones its input before reducing
             it in place), and one NCCL kernel, ncclDevKernel_AllReduce_Sum_bf16_...: class
-            "other" in today's reader. On the CPU lane: _c10d_functional::all_reduce >
+            "collective". On the CPU lane: _c10d_functional::all_reduce >
             c10d::allreduce_ > record_param_comms, nccl:all_reduce; then
             _c10d_functional::wait_tensor, which makes the compute stream wait for NCCL's.
   compiled  the same three GEMMs, one Triton kernel for GeLU and mul, and the NCCL kernel;
@@ -35,36 +36,20 @@ tools/tp_scaling.py measures both, eager and compiled.
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, mlp_flags, outputs, profiling, torchrun
+from common import check, cli, outputs, profiling, shapes, torchrun
 from common.measuring import bench_ranks, traffic
+from models import GeGLUMLP
+from models import geglu_reference as reference
 from tracereader import ranks
 from tracereader.expectations import Expect
-from tracereader.kernel_names import CLASSES
 
 SCRIPT = "05_tp_mlp"
 ANNOTATION = "tp_mlp_fwd"
-
-
-class SimpleGeGLUMLP(nn.Module):  # 03_simple_mlp.py's module, unchanged
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = self.gate_proj(x)
-        u = self.up_proj(x)
-        h = F.gelu(g, approximate="tanh")
-        m = h * u
-        return self.down_proj(m)
 
 
 # The parallel plan: columns of gate and up, rows of down. Each rank keeps hidden/N of every
@@ -85,22 +70,10 @@ def tp_forward(forward, x: torch.Tensor) -> torch.Tensor:
     return y.wait() if isinstance(y, AsyncCollectiveTensor) else y
 
 
-def reference(x: torch.Tensor, mlp: SimpleGeGLUMLP) -> torch.Tensor:
-    """What the whole MLP computes, in float32, on one process: down(gelu_tanh(gate(x)) * up(x))."""
-    gate, up, down = (
-        p.float() for p in (mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight)
-    )
-    x = x.float()
-    return F.linear(F.gelu(F.linear(x, gate), approximate="tanh") * F.linear(x, up), down)
-
-
-# NCCL's kernels are class "other" in today's reader; "collective" once it has that class.
-COLLECTIVE = "collective" if "collective" in CLASSES else "other"
-
 # Guess first: what each recorded step must hold on each rank, for N > 1, in kernel classes.
 EXPECT = {
     "eager": Expect(
-        gpu={"gemm": 3, "elementwise": 2, "memcpy": 1, COLLECTIVE: 1, "inductor": 0},
+        gpu={"gemm": 3, "elementwise": 2, "memcpy": 1, "collective": 1, "inductor": 0},
         cpu_present=(
             "aten::linear",
             "aten::mm",
@@ -114,7 +87,7 @@ EXPECT = {
         why="three GEMMs of 1/N the width, GeLU and mul, one all-reduce of the output",
     ),
     "compile": Expect(
-        gpu={"gemm": 3, "inductor": 1, "elementwise": 0, "memcpy": 0, COLLECTIVE: 1},
+        gpu={"gemm": 3, "inductor": 1, "elementwise": 0, "memcpy": 0, "collective": 1},
         cpu_present=(
             "Torch-Compiled Region*",
             "aten::mm",
@@ -139,7 +112,7 @@ def expectation(mode: str, backend: str, world: int) -> Expect:
     if world == 1:
         comms = tuple(n for n in expect.cpu_present if "c10d" in n)
         return Expect(
-            gpu={**expect.gpu, COLLECTIVE: 0, "memcpy": 0},
+            gpu={**expect.gpu, "collective": 0, "memcpy": 0},
             cpu_present=tuple(n for n in expect.cpu_present if n not in comms),
             cpu_absent=expect.cpu_absent + comms,
             gemms_as_in=expect.gemms_as_in,
@@ -170,7 +143,7 @@ def traffic_model(tokens: int, dim: int, hidden: int, elt: int, *, fused: bool):
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    mlp_flags.add_shape_flags(parser)
+    shapes.add_mlp_flags(parser)
     torchrun.add_flags(parser)
     return parser.parse_args(argv)
 
@@ -184,18 +157,18 @@ def main(argv=None) -> int:
             f"multiple of {launch.world} (each rank keeps hidden/N columns of gate and up)"
         )
     run = torchrun.resolve(args, launch)  # this rank's GPU (LOCAL_RANK), or the CPU
-    tag = outputs.run_tag(mlp_flags.shape_tag(args), args, run, extra=f"tp{launch.world}")
+    tag = outputs.run_tag(shapes.mlp_tag(args), args, run, extra=f"tp{launch.world}")
     out = torchrun.prepare(args.traces_dir, SCRIPT, tag, launch, gzip=args.gzip)
     group = torchrun.init_process_group(run, launch, timeout_s=args.timeout)
     # The whole MLP and the float32 reference live on every rank before the split.
     extra = 3 * args.dim * args.hidden // launch.world * cli.element_size(run)
     extra += bench_ranks.LINK_BYTES if args.bench and run.on_gpu else 0
-    cli.ensure_fits(mlp_flags.bytes_needed(args, run) + extra, run)
+    cli.ensure_fits(shapes.mlp_bytes_needed(args, run) + extra, run)
 
     # Every rank builds the whole MLP and x from the same seed, so every rank holds the same
     # weights and input; the reference is the single-process MLP's output, before the split.
     mesh = init_device_mesh(run.device.type, (launch.world,))
-    mlp = SimpleGeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
+    mlp = GeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
     x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
     with torch.no_grad():
         expected = reference(x, mlp)

@@ -25,6 +25,7 @@ from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons u
     one_line,
     positive_int,
 )
+from tracereader.model import ELEMENT_TYPES
 
 # Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
 # and the trace must still open in Perfetto and read back in seconds.
@@ -33,7 +34,9 @@ MAX_ACTIVE = 10_000
 SEED_RANGE = (0, 2**64 - 1)  # what torch.manual_seed accepts
 
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# --dtype's choices: the reader's element types that the lessons run (fp64 only in traces).
+DTYPES = {short: getattr(torch, name) for short, (_, name) in ELEMENT_TYPES.items()}
+del DTYPES["fp64"]
 ROOT = Path(__file__).resolve().parent.parent  # the repository: lessons, common/, tools/
 
 
@@ -332,3 +335,26 @@ def _caused_by_interrupt(err: BaseException) -> bool:
         seen.add(id(err))
         err = err.__context__ or err.__cause__
     return False
+
+
+class _Refused(argparse._StoreTrueAction):
+    """A shared flag that a lesson refuses: one line and exit 2 at parse time, the reason in
+    --help."""
+
+    why = ""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{parser.prog} does not take {option_string}: {self.why}")
+
+
+def refuse_compile(parser: argparse.ArgumentParser, why: str) -> None:
+    """Refuse the shared --compile flag where compiling would not teach anything, saying why."""
+    action = parser._option_string_actions["--compile"]  # argparse has no public setter
+    action.__class__, action.why, action.help = _Refused, why, f"not offered here (refused): {why}"
+
+
+def require_gpu(script: str, args: argparse.Namespace, why: str) -> None:
+    """One line and exit 2 before any work where a lesson needs a CUDA GPU (`why`: what needs
+    it, and what runs on a CPU instead)."""
+    if args.device == "cpu" or not torch.cuda.is_available():
+        raise UsageError(f"{script} needs a CUDA GPU: {why}")

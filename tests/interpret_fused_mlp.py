@@ -1,4 +1,5 @@
-"""Run 03_fused_mlp.py's kernels through Triton's interpreter and print what was seen as JSON.
+"""Run 03_fused_mlp.py's kernels (fused_geglu.py) through Triton's interpreter; print what was
+seen as JSON.
 
 Started by tests/test_fused_mlp.py in a subprocess with TRITON_INTERPRET=1 (Triton reads it
 when it is imported, so it cannot be switched on inside the test process). Everything that
@@ -24,13 +25,14 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import fused_geglu  # noqa: E402
 from common import check, cli  # noqa: E402
+from common.cli import DTYPES  # noqa: E402
+from models import GeGLUMLP, geglu_reference  # noqa: E402
 from tests.helpers import load_script  # noqa: E402
 
-lesson = load_script("03_fused_mlp")
-Config = lesson.Config
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-DEVICE = "cpu" if lesson.INTERPRETING else "cuda"
+Config = fused_geglu.Config
+DEVICE = "cpu" if fused_geglu.INTERPRETING else "cuda"
 
 # Small tiles, so that odd shapes take several row blocks, column blocks and K steps, and the
 # persistent grid (3 programs on the interpreter) loops over more tiles than it has programs.
@@ -49,8 +51,8 @@ def kernel_case(path: str, dtype: str, config: Config, m: int, dim: int, hidden:
     x = torch.randn(m, dim).to(DEVICE, dt)
     gate = (torch.randn(hidden, dim) / dim**0.5).to(DEVICE, dt)
     up = torch.randn(hidden, dim).to(DEVICE, dt)
-    packed = lesson.pack_gate_up(gate, up, config.block_n // 2)
-    out = lesson.launch(x, packed, hidden, config)
+    packed = fused_geglu.pack_gate_up(gate, up, config.block_n // 2)
+    out = fused_geglu.launch(x, packed, hidden, config)
     ref = F.gelu(x.float() @ gate.float().T, approximate="tanh") * (x.float() @ up.float().T)
     return {
         "case": f"{path} {dtype} M={m} dim={dim} hidden={hidden} {config.describe()}",
@@ -65,7 +67,8 @@ def kernel_cases() -> list[dict]:
     for dtype in ("bf16", "fp16", "fp32"):
         paths = ["plain"] if dtype == "fp32" else ["plain", "hopper"]
         for path in paths:
-            default = lesson.CONFIGS["plain-fp32" if path == "plain" and dtype == "fp32" else path]
+            name = "plain-fp32" if path == "plain" and dtype == "fp32" else path
+            default = fused_geglu.CONFIGS[name]
             for m in (37, 1):
                 results.append(kernel_case(path, dtype, default, m, 48, 80))
             results.append(kernel_case(path, dtype, SMALL[path], 37, 48, 80))
@@ -75,20 +78,20 @@ def kernel_cases() -> list[dict]:
 
 def module_cases() -> list[dict]:
     """The whole forward, eager (the direct launch) and under torch.compile (the custom op),
-    against the lesson's float32 reference; and a forward that autograd records, whose
+    against the float32 reference; and a forward that autograd records, whose
     backward must fail (the op has no backward) rather than leave x without a gradient.
     Interpreted, torch.compile runs Dynamo alone (backend="eager"): Inductor would trace into
     an interpreted kernel, which cannot run on the fake tensors that tracing uses. On a GPU it
     is torch.compile's default, Inductor."""
-    backend = "eager" if lesson.INTERPRETING else "inductor"
+    backend = "eager" if fused_geglu.INTERPRETING else "inductor"
     results = []
     for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32"), ("fp16", "hopper")):
         dt = DTYPES[dtype]
         torch.manual_seed(0)
-        mlp = lesson.simple_mlp.SimpleGeGLUMLP(48, 80).to(DEVICE, dt).eval()
-        fused = lesson.FusedGeGLUMLP(mlp, config).eval()
+        mlp = GeGLUMLP(48, 80).to(DEVICE, dt).eval()
+        fused = fused_geglu.FusedGeGLUMLP(mlp, config).eval()
         x = torch.randn(2, 5, 48, dtype=dt).to(DEVICE)
-        ref = lesson.reference(x, mlp)
+        ref = geglu_reference(x, mlp)
         torch._dynamo.reset()
         compiled = torch.compile(fused, fullgraph=True, backend=backend)
         with torch.no_grad():
@@ -122,16 +125,16 @@ def lesson_runs(traces_dir: str) -> list[dict]:
     small = ["--batch", "2", "--seq", "3", "--dim", "16", "--hidden", "32"]
     for extra in ([], ["--kernel", "hopper"]):
         argv = [*small, *extra, "--traces-dir", traces_dir, "--device", "cpu"]
-        runs.append({"argv": argv, "rc": cli.run_main(lesson.main, argv)})
+        runs.append({"argv": argv, "rc": cli.run_main(load_script("03_fused_mlp").main, argv)})
     return runs
 
 
 def main() -> int:
-    if not lesson.INTERPRETING and not torch.cuda.is_available():
+    if not fused_geglu.INTERPRETING and not torch.cuda.is_available():
         print("error: run with TRITON_INTERPRET=1, or on a CUDA GPU", file=sys.stderr)
         return 2
     report = {"kernels": kernel_cases(), "modules": module_cases()}
-    if lesson.INTERPRETING:
+    if fused_geglu.INTERPRETING:
         report["lesson_runs"] = lesson_runs(sys.argv[1])
     print("JSON " + json.dumps(report))
     return 0

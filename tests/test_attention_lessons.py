@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from common import attention_flags, cli
+from common import cli, shapes
+from common import sdpa as sdpa_plumbing
 from common.measuring import traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
 
@@ -170,7 +171,6 @@ def test_sdpa_all_profiles_each_backend_and_prints_one_comparison(tmp_path, caps
 def test_comparison_reads_kernel_events_and_flags_unmeasured_occupancy():
     """On a GPU trace: kernels per step, GPU and CPU time, the longest kernel's occupancy read
     from its event's args; a 0 from a cuLaunchKernelEx launch is footnoted, not believed."""
-    script = load_script("04_c_sdpa_attention")
 
     def item(name, dur, kind="kernel", occupancy=None, runtime="cudaLaunchKernel"):
         args = {} if occupancy is None else {"est. achieved occupancy %": occupancy}
@@ -194,20 +194,24 @@ def test_comparison_reads_kernel_events_and_flags_unmeasured_occupancy():
         item("Memset (Device)", 1.0, kind="memset"),
     ]
     trace = SimpleNamespace(device="NVIDIA H100", steps=[step(cudnn)] * 3)
-    row = script.summarize("cudnn", trace)
+    row = sdpa_plumbing.summarize("cudnn", trace, "attn_fwd")
     assert (row.kernels, row.gpu_us, row.cpu_us) == ("1 +1 memset", "81.0", "150.0")
     assert row.occupancy == "0%" and row.occupancy_unmeasured
     flash = [item("void pytorch_flash::flash_fwd_kernel<...>", 95.0, occupancy=12.5)]
     no_args = [SimpleNamespace(name="fmha_cutlassF", dur=170.0, kind="kernel", runtime="?")]
     rows = [
         row,
-        script.summarize("flash", SimpleNamespace(device="H100", steps=[step(flash)] * 3)),
-        script.summarize("efficient", SimpleNamespace(device="H100", steps=[step(no_args)] * 3)),
-        script.Row("math", "cannot run: a reason"),
+        sdpa_plumbing.summarize(
+            "flash", SimpleNamespace(device="H100", steps=[step(flash)] * 3), "attn_fwd"
+        ),
+        sdpa_plumbing.summarize(
+            "efficient", SimpleNamespace(device="H100", steps=[step(no_args)] * 3), "attn_fwd"
+        ),
+        sdpa_plumbing.Row("math", "cannot run: a reason"),
     ]
     assert rows[1].occupancy == "12.5%" and not rows[1].occupancy_unmeasured
     assert rows[2].occupancy == "-"  # a reader without GpuItem.args: no column value, no crash
-    table = script.comparison(rows, "title", on_gpu=True).splitlines()
+    table = sdpa_plumbing.comparison(rows, "title", on_gpu=True).splitlines()
     assert table[1].split()[:5] == ["backend", "kernels", "GPU", "us", "CPU"]
     assert "0%*" in table[2] and "cannot run: a reason" in table[5]
     assert table[-1].startswith("  * launched with cuLaunchKernelEx")
@@ -217,7 +221,6 @@ def test_refusal_reason_is_the_pinned_backends_own():
     """A refused call on a GPU warns a heading per fused kernel, each followed by its reasons
     (these are an H100's, torch 2.11, flash pinned with fp32 inputs): the line must carry the
     pinned backend's reason, without the C++ source location."""
-    script = load_script("04_c_sdpa_attention")
     at = " (Triggered internally at /pytorch/aten/src/ATen/native/transformers/x.cpp:1.)"
     warned = [
         "Memory efficient kernel not used because:" + at,
@@ -231,15 +234,16 @@ def test_refusal_reason_is_the_pinned_backends_own():
     caught = [SimpleNamespace(message=text) for text in warned]
     gpu = cli.Run(device=torch.device("cuda"), dtype=torch.float32, dtype_name="fp32")
     error = RuntimeError("No available kernel. Aborting execution.")
-    assert script.why_not("flash", gpu, caught, error) == (
+    assert sdpa_plumbing.why_not("flash", gpu, caught, error) == (
         "Expected query, key and value to all be of dtype: {Half, BFloat16}. Got Query dtype: "
         "float, Key dtype: float, and Value dtype: float instead."
     )
     assert (
-        script.why_not("cudnn", gpu, caught, error) == "cuDNN attention has been runtime disabled."
+        sdpa_plumbing.why_not("cudnn", gpu, caught, error)
+        == "cuDNN attention has been runtime disabled."
     )
     assert (
-        script.why_not("flash", gpu, [], error)
+        sdpa_plumbing.why_not("flash", gpu, [], error)
         == "RuntimeError: No available kernel. Aborting execution."
     )
 
@@ -294,7 +298,7 @@ def test_help_explains_the_shape_flags_and_the_refused_compile(capsys):
 
 def test_traffic_models_count_the_scores_round_trips():
     args = SimpleNamespace(batch=2, heads=4, seq=128, head_dim=64)
-    sizes, elt = attention_flags.sizes(args), 2
+    sizes, elt = shapes.attention_sizes(args), 2
     scores = sizes.scores * elt
     naive = load_script("04_a_naive_attention").traffic_model(sizes, elt, fused=False)
     inplace = load_script("04_b_inplace_ops_attention").traffic_model(sizes, elt, fused=False)
@@ -331,12 +335,12 @@ def test_memory_estimate_counts_scores_inputs_and_the_reference():
     qkv, scores, mask = 1 * 2 * 8 * 4, 1 * 2 * 8 * 8, 8 * 8
     inputs = 3 * qkv * 2 + mask
     reference = (4 * qkv + 2 * scores) * 4 + qkv * 2
-    assert attention_flags.bytes_needed(args, run, score_bytes=0) == inputs + reference
+    assert shapes.attention_bytes_needed(args, run, score_bytes=0) == inputs + reference
     # the naive bf16 forward (two bf16 score buffers, two outputs) stays under the float32
     # reference's peak; SDPA's math backend (9 bytes per score, six float32 copies) does not
     naive = 2 * 2 * scores + 2 * qkv * 2
-    assert attention_flags.bytes_needed(args, run, score_bytes=4) == inputs + max(naive, reference)
+    assert shapes.attention_bytes_needed(args, run, score_bytes=4) == inputs + max(naive, reference)
     math = 9 * scores + 6 * qkv * 4 + 2 * qkv * 2
     assert math > reference
-    assert attention_flags.bytes_needed(args, run, score_bytes=9, fp32_copies=6) == inputs + math
-    assert attention_flags.shape_tag(args) == "b1_h2_s8_d4"
+    assert shapes.attention_bytes_needed(args, run, score_bytes=9, fp32_copies=6) == inputs + math
+    assert shapes.attention_tag(args) == "b1_h2_s8_d4"

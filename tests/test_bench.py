@@ -454,17 +454,15 @@ def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys
 
 def test_sweep_builds_the_fused_variant_from_the_same_weights():
     """fused packs the weights that eager gets for the same seed, and is checked against the
-    plain module built from them (03_fused_mlp.py builds on a CPU; only its kernel needs Triton
+    plain module built from them (FusedGeGLUMLP builds on a CPU; only its kernel needs Triton
     on a GPU or the interpreter, and nothing here runs it)."""
-    from types import SimpleNamespace
-
     import torch
 
+    import fused_geglu
     from common import cli
 
     sweep = load_script("03_shape_sweep")
-    fused_lesson = load_script("03_fused_mlp")
-    lessons = SimpleNamespace(mlp=load_script("03_simple_mlp"), fused=fused_lesson)
+    lessons = sweep.Lessons()
     for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32")):
         run = cli.Run(torch.device("cpu"), cli.DTYPES[dtype], dtype)
         eager, eager_ref = sweep.build("eager", 16, 40, run, lessons, seed=7)
@@ -474,8 +472,8 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
         for name in ("gate_proj", "up_proj", "down_proj"):
             mine, theirs = getattr(fused_ref, name).weight, getattr(eager, name).weight
             assert torch.equal(mine, theirs) and mine.dtype == run.dtype
-        half = fused_lesson.CONFIGS[config].block_n // 2
-        packed = fused_lesson.pack_gate_up(eager.gate_proj.weight, eager.up_proj.weight, half)
+        half = fused_geglu.CONFIGS[config].block_n // 2
+        packed = fused_geglu.pack_gate_up(eager.gate_proj.weight, eager.up_proj.weight, half)
         assert torch.equal(fused.gate_up, packed)
         assert torch.equal(fused.down_proj.weight, eager.down_proj.weight)
         assert sweep.make_forward("fused", fused) is fused  # run as it is, no compile

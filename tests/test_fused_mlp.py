@@ -14,14 +14,16 @@ import sys
 import pytest
 import torch
 
+import fused_geglu
 from common.measuring import bench, traffic
+from models import GeGLUMLP
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
 from tracereader import compare, expectations, findings
 from tracereader import load as trace_reader
 from tracereader.kernel_names import classify
 
 SCRIPT = "03_fused_mlp"
-OP = "profiling_pytorch::fused_gate_up_geglu"
+OP = fused_geglu.OP
 H100 = ROOT / "tests" / "fixtures" / "h100"
 POSTS = "b64_s128_d768_h3072_bf16"  # M = 8192, dim 768, hidden 3072
 FUSED_EAGER = H100 / SCRIPT / f"{POSTS}_hopper_eager.json.gz"
@@ -77,12 +79,11 @@ def test_tracers_see_the_custom_op_not_the_launch():
     launching the kernel on a fake tensor would fail (no data pointer)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    lesson = load_script(SCRIPT)
     torch.manual_seed(0)
-    fused = lesson.FusedGeGLUMLP(lesson.simple_mlp.SimpleGeGLUMLP(16, 40), "plain").eval()
+    fused = fused_geglu.FusedGeGLUMLP(GeGLUMLP(16, 40), "plain").eval()
 
     def call(x, gate_up):  # what the module's forward calls
-        return lesson.gate_up_geglu(x, gate_up, 40, "plain")
+        return fused_geglu.gate_up_geglu(x, gate_up, 40, "plain")
 
     with torch.no_grad():
         graph = make_fx(call, tracing_mode="fake")(torch.randn(6, 16), fused.gate_up)
@@ -111,7 +112,8 @@ def test_lesson_runs_end_to_end_under_the_interpreter(interpreted):
 
 def test_kernel_names_are_classed_as_hand_written_triton():
     lesson = load_script(SCRIPT)
-    for kernel in (lesson.fused_gate_up_geglu_kernel, lesson.fused_gate_up_geglu_tma_kernel):
+    kernels = fused_geglu.fused_gate_up_geglu_kernel, fused_geglu.fused_gate_up_geglu_tma_kernel
+    for kernel in kernels:
         name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         assert classify(name).cls == "triton"
         assert classify(f"{name}_0").cls == "triton"  # as Inductor's wrapper names its call
@@ -215,26 +217,15 @@ def test_bench_matches_the_model_to_the_real_kernels():
 
 
 def test_packing_pairs_gate_and_up_rows_per_tile_and_pads_with_zeros():
-    lesson = load_script(SCRIPT)
     hidden, dim, half = 5, 3, 2
     gate = torch.arange(hidden * dim, dtype=torch.float32).view(hidden, dim) + 1
     up = -gate
-    packed = lesson.pack_gate_up(gate, up, half)
+    packed = fused_geglu.pack_gate_up(gate, up, half)
     assert packed.shape == (2 * 6, dim) and packed.is_contiguous()  # hidden padded to 6
     blocks = packed.view(3, 2, half, dim)  # [tile, gate|up, row, dim]
     assert torch.equal(blocks[:, 0].reshape(6, dim)[:hidden], gate)
     assert torch.equal(blocks[:, 1].reshape(6, dim)[:hidden], up)
     assert not blocks[-1, :, -1].any()  # the padding row, in both halves
-
-
-def test_same_weights_as_the_simple_mlp_for_the_same_seed():
-    lesson, simple = load_script(SCRIPT), load_script("03_simple_mlp")
-    torch.manual_seed(3)
-    a = lesson.simple_mlp.SimpleGeGLUMLP(8, 16)
-    torch.manual_seed(3)
-    b = simple.SimpleGeGLUMLP(8, 16)
-    for key, value in a.state_dict().items():
-        assert torch.equal(value, b.state_dict()[key])
 
 
 def test_zero_size_is_one_line_exit_2_nothing_written(tmp_path, capsys):
@@ -246,8 +237,7 @@ def test_zero_size_is_one_line_exit_2_nothing_written(tmp_path, capsys):
 
 
 def test_cpu_without_the_interpreter_says_it_needs_a_gpu(tmp_path, capsys):
-    lesson = load_script(SCRIPT)
-    if lesson.INTERPRETING:
+    if fused_geglu.INTERPRETING:
         pytest.skip("TRITON_INTERPRET=1 is set for the whole test run")
     assert run_script(SCRIPT, "--traces-dir", str(tmp_path)) == 2
     captured = capsys.readouterr()
@@ -265,7 +255,7 @@ def test_cpu_without_the_interpreter_says_it_needs_a_gpu(tmp_path, capsys):
     ],
 )
 def test_refusals_under_the_interpreter(argv, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(load_script(SCRIPT), "INTERPRETING", True)  # no kernel runs here
+    monkeypatch.setattr(fused_geglu, "INTERPRETING", True)  # no kernel runs here
     assert run_script(SCRIPT, *argv, "--traces-dir", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
@@ -290,8 +280,7 @@ def test_tuner_candidates_are_distinct_and_print_as_pasteable_code():
         for cfg in candidates:
             assert cfg.path in ("hopper", "plain") and cfg.block_n % 32 == 0
             assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
-    lesson = load_script(SCRIPT)
-    assert tuner.as_code(lesson.CONFIGS["hopper"]) == (
+    assert tuner.as_code(fused_geglu.CONFIGS["hopper"]) == (
         'Config("hopper", 128, 256, 64, stages=3, warps=8)'
     )
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from common import attention_flags
+from common import shapes
 from common.measuring import bench
 from tests.helpers import load_script
 from tracereader import expectations, explain, findings, footprint
@@ -422,7 +422,7 @@ def test_attention_traces_read_as_the_lessons_say():
 
 
 def test_bench_matches_the_fused_attention_kernel_to_its_model():
-    sizes = attention_flags.sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
+    sizes = shapes.attention_sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
     for backend in ("efficient", "flash", "cudnn"):
         trace = trace_reader.load(SDPA / f"{SHAPE}_eager_{backend}.json.gz")
         model = load_script("04_c_sdpa_attention").traffic_model(sizes, 2, backend)

@@ -327,11 +327,11 @@ def test_the_lesson_shows_its_module_plan_and_profiler_loop():
     ):
         assert call in source
     lesson = load_script("05_tp_mlp")
-    assert {"EXPECT", "traffic_model", "reference", "SimpleGeGLUMLP"} <= set(vars(lesson))
+    assert {"EXPECT", "traffic_model", "reference", "GeGLUMLP"} <= set(vars(lesson))
     one = lesson.expectation("eager", "gloo", 1)
-    assert "c10d::allreduce_" in one.cpu_absent and one.gpu[lesson.COLLECTIVE] == 0
+    assert "c10d::allreduce_" in one.cpu_absent and one.gpu["collective"] == 0
     nccl = lesson.expectation("eager", "nccl", 2)
-    assert "record_param_comms" in nccl.cpu_present and nccl.gpu[lesson.COLLECTIVE] == 1
+    assert "record_param_comms" in nccl.cpu_present and nccl.gpu["collective"] == 1
 
 
 # --- the reader's GPU side, on a synthetic 2-rank GPU pair ---------------------------------

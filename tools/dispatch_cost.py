@@ -6,14 +6,14 @@ on the host clock, calls issued back to back (common.measuring.timing.time_host:
 synchronize, so that the launch queue never fills and blocks), for one small shape (the GPU
 time stays under the host's):
   triton launch         the kernel object called with its grid: Triton's own launcher
-  lesson launch()       the same through the lesson's launch(): output allocation and grid
+  fused_geglu.launch()  the same through fused_geglu.launch(): output allocation and grid
   custom op             torch.ops.profiling_pytorch.fused_gate_up_geglu: the dispatcher, the
                         custom op's Python wrappers, then launch()
   launch() traceable    launch() with torch.library.wrap_triton outside any custom op: torch's
                         tracing wrapper, what the op avoids by turning it off inside
   empty custom_op       a torch.library.custom_op that only allocates its output: dispatch alone
   empty define/impl     the same registered with torch.library.define + impl
-  eager forward         the lesson's module as it runs eagerly (direct launch + down F.linear)
+  eager forward         FusedGeGLUMLP as it runs eagerly (direct launch + down F.linear)
   F.linear              the down GEMM alone, for scale
 
     python3 tools/dispatch_cost.py            (needs a CUDA GPU; ~20 s)
@@ -22,17 +22,16 @@ time stays under the host's):
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import fused_geglu  # noqa: E402
 from common import cli  # noqa: E402
 from common.measuring.timing import time_host  # noqa: E402
-
-lesson = importlib.import_module("03_fused_mlp")  # noqa: E402
+from models import GeGLUMLP  # noqa: E402
 
 
 def empty_ops():
@@ -65,20 +64,20 @@ def main() -> int:
     torch.set_grad_enabled(False)
     dev, dtype, dim, hidden = torch.device("cuda"), torch.bfloat16, 768, 3072
     torch.manual_seed(0)
-    mlp = lesson.simple_mlp.SimpleGeGLUMLP(dim, hidden).to(dev, dtype).eval()
-    kernel = lesson.choose_kernel("auto", cli.Run(dev, dtype, "bf16"), dim, hidden)
-    fused = lesson.FusedGeGLUMLP(mlp, kernel).eval()
-    config = lesson.CONFIGS[kernel]
+    mlp = GeGLUMLP(dim, hidden).to(dev, dtype).eval()
+    kernel = fused_geglu.choose_kernel("auto", cli.Run(dev, dtype, "bf16"), dim, hidden)
+    fused = fused_geglu.FusedGeGLUMLP(mlp, kernel).eval()
+    config = fused_geglu.CONFIGS[kernel]
     x = torch.randn(args.m, dim, device=dev, dtype=dtype)
     m = torch.empty(args.m, hidden, device=dev, dtype=dtype)
     custom_op, define_impl, _lib = empty_ops()
 
     # The kernel alone, as launch() calls it, with the output allocated once outside.
-    lesson.launch(x, fused.gate_up, hidden, config)  # compiles; installs the TMA allocator
+    fused_geglu.launch(x, fused.gate_up, hidden, config)  # compiles; installs the TMA allocator
     if config.path == "hopper":
-        k = lesson.fused_gate_up_geglu_tma_kernel
+        k = fused_geglu.fused_gate_up_geglu_tma_kernel
         tiles = triton.cdiv(args.m, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
-        programs = min(tiles, lesson.sm_count(dev))
+        programs = min(tiles, fused_geglu.sm_count(dev))
 
         def triton_launch():
             k[(programs,)](
@@ -92,12 +91,12 @@ def main() -> int:
 
     calls = {
         "triton launch": triton_launch,
-        "lesson launch()": lambda: lesson.launch(x, fused.gate_up, hidden, config),
+        "fused_geglu.launch()": lambda: fused_geglu.launch(x, fused.gate_up, hidden, config),
         "custom op": lambda: torch.ops.profiling_pytorch.fused_gate_up_geglu(
             x, fused.gate_up, hidden, kernel
         ),
-        "launch() traceable": lambda: lesson.launch(
-            x, fused.gate_up, hidden, config, wrap=lesson.traceable
+        "launch() traceable": lambda: fused_geglu.launch(
+            x, fused.gate_up, hidden, config, wrap=fused_geglu.traceable
         ),
         "empty custom_op": lambda: custom_op(x, hidden),
         "empty define/impl": lambda: define_impl(x, hidden),

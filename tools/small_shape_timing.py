@@ -11,7 +11,6 @@ do_bench's sample contains the difference, and it moves with the host.
 
 from __future__ import annotations
 
-import importlib
 import statistics
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common.measuring import timing  # noqa: E402
+from models import GeGLUMLP  # noqa: E402
 
 REPEATS = 5
 
@@ -46,7 +46,6 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU", file=sys.stderr)
         return 2
-    mlp_lesson = importlib.import_module("03_simple_mlp")
     torch.manual_seed(0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"L2 flush before each do_bench call: {flush_us():.1f} us of GPU time")
@@ -55,7 +54,7 @@ def main() -> int:
     variants = {"eager": None, "compile": {}, "compile-static": {"dynamic": False}}
     for name, options in variants.items():
         torch._dynamo.reset()
-        mlp = mlp_lesson.SimpleGeGLUMLP(768, 3072).cuda().to(torch.bfloat16).eval()
+        mlp = GeGLUMLP(768, 3072).cuda().to(torch.bfloat16).eval()
         fn = mlp if options is None else torch.compile(mlp, **options)
         for batch in (8, 64):
             x = torch.randn(batch, 128, 768, device="cuda", dtype=torch.bfloat16)

@@ -14,7 +14,6 @@ states, not code: tools/tune_fused_mlp.py times its forwards round-robin for tha
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import time
 from pathlib import Path
@@ -22,9 +21,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-tune = importlib.import_module("tools.tune_fused_mlp")  # noqa: E402  (gpu_state, the lesson)
+import fused_geglu  # noqa: E402
 from common import cli  # noqa: E402
 from common.measuring import timing  # noqa: E402
+from models import GeGLUMLP  # noqa: E402
+from tools.tune_fused_mlp import gpu_state  # noqa: E402
 
 
 def main() -> int:
@@ -38,20 +39,19 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("error: tools/sustained_load.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    lesson = tune.lesson
     torch.set_grad_enabled(False)
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    mlp = lesson.simple_mlp.SimpleGeGLUMLP(768, 3072).to(dev, torch.bfloat16).eval()
-    kernel = lesson.choose_kernel("auto", cli.Run(dev, torch.bfloat16, "bf16"), 768, 3072)
-    fused = lesson.FusedGeGLUMLP(mlp, kernel).eval()
+    mlp = GeGLUMLP(768, 3072).to(dev, torch.bfloat16).eval()
+    kernel = fused_geglu.choose_kernel("auto", cli.Run(dev, torch.bfloat16, "bf16"), 768, 3072)
+    fused = fused_geglu.FusedGeGLUMLP(mlp, kernel).eval()
     x = torch.randn(64, 128, 768, device=dev, dtype=torch.bfloat16)
-    print(f"{torch.cuda.get_device_name()}; idle: {tune.gpu_state()}")
+    print(f"{torch.cuda.get_device_name()}; idle: {gpu_state()}")
     print("  time   forward (do_bench median)   SM clock, max, power, limit, throttle reasons")
     start = time.time()
     while time.time() - start < args.seconds:
         us = timing.time_gpu(lambda: fused(x)).median_s * 1e6
-        print(f"  {time.time() - start:5.1f} s  {us:7.1f} us   {tune.gpu_state()}", flush=True)
+        print(f"  {time.time() - start:5.1f} s  {us:7.1f} us   {gpu_state()}", flush=True)
         busy_until = time.time() + 2
         while time.time() < busy_until:  # keep the GPU busy between samples
             for _ in range(50):

@@ -20,7 +20,7 @@ hidden 3072, bf16), in this order:
      GEMMs at this shape, and the lesson's own kernel (one square is no ceiling: a K = 768
      GEMM can beat it), so no GEMM timed here beats the floor;
   4. a short table, the targets met or not, and each path's best configuration as a line to
-     paste into CONFIGS in 03_fused_mlp.py.
+     paste into CONFIGS in fused_geglu.py.
 Times are triton.testing.do_bench medians (each call after an L2 flush). Candidates stop once
 --budget-s is spent, so the whole run ends well inside 8 minutes.
 
@@ -32,7 +32,6 @@ Times are triton.testing.do_bench medians (each call after an L2 flush). Candida
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
 import time
@@ -44,14 +43,15 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-lesson = importlib.import_module("03_fused_mlp")  # noqa: E402
-from common import check  # noqa: E402
+import fused_geglu  # noqa: E402
+from common import check, cli  # noqa: E402
 from common.measuring import timing  # noqa: E402
+from models import GeGLUMLP, geglu_reference  # noqa: E402
 from tracereader import devices  # noqa: E402
 
-Config = lesson.Config
+Config = fused_geglu.Config
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {name: cli.DTYPES[name] for name in ("bf16", "fp16")}  # the tensor cores' types
 
 
 def hopper_candidates(quick: bool) -> list[Config]:
@@ -97,7 +97,7 @@ def plain_candidates(quick: bool) -> list[Config]:
 
 
 def as_code(cfg: Config) -> str:
-    """The configuration as CONFIGS in the lesson writes it: what differs from the defaults."""
+    """The configuration as CONFIGS in fused_geglu.py writes it: what differs from the defaults."""
     tile = (cfg.path, cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages, cfg.warps)
     plain = Config(*tile)
     changed = "".join(
@@ -242,7 +242,7 @@ def main() -> int:
     print(f"shape: x [{M}, {dim}], gate/up [{hidden}, {dim}], down [{dim}, {hidden}], {args.dtype}")
 
     torch.manual_seed(0)
-    mlp = lesson.simple_mlp.SimpleGeGLUMLP(dim, hidden).to(dev, dtype).eval()
+    mlp = GeGLUMLP(dim, hidden).to(dev, dtype).eval()
     x = torch.randn(M, dim, device=dev, dtype=dtype)
     gate, up, down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight
     with torch.no_grad():
@@ -296,11 +296,11 @@ def main() -> int:
             print(f"  budget spent: {cfg.describe()} and the rest not tried")
             break
         if cfg.block_n not in packed_cache:
-            packed_cache[cfg.block_n] = lesson.pack_gate_up(gate, up, cfg.block_n // 2)
+            packed_cache[cfg.block_n] = fused_geglu.pack_gate_up(gate, up, cfg.block_n // 2)
         packed = packed_cache[cfg.block_n]
         # Through the custom op, which only changes the host's time, not the GPU's measured here.
         name = f"candidate-{number}"
-        lesson.CONFIGS[name] = cfg
+        fused_geglu.CONFIGS[name] = cfg
 
         def call(packed=packed, name=name):
             return torch.ops.profiling_pytorch.fused_gate_up_geglu(x, packed, hidden, name)
@@ -337,7 +337,7 @@ def main() -> int:
         f"\n3. whole forward, x [1, M, dim] (do_bench, median of {ROUNDS} round-robin passes, us)"
     )
     x3 = x.view(1, M, dim)
-    y_ref = lesson.reference(x3, mlp)
+    y_ref = geglu_reference(x3, mlp)
 
     built: dict[str, tuple] = {}  # what -> (call, note)
 
@@ -402,26 +402,30 @@ def main() -> int:
     fused_names: dict[str, dict[str, str]] = {}
     kernel_calls: dict[str, tuple[str, object]] = {}
     for path in best:
-        name = path  # the key in lesson.CONFIGS: the committed configuration
-        committed = lesson.CONFIGS[name]
-        packed = lesson.pack_gate_up(gate, up, committed.block_n // 2)
+        name = path  # the key in fused_geglu.CONFIGS: the committed configuration
+        committed = fused_geglu.CONFIGS[name]
+        packed = fused_geglu.pack_gate_up(gate, up, committed.block_n // 2)
         kernel_calls[path] = (
             f"fused kernel, {path} as committed",
-            lambda packed=packed, committed=committed: lesson.launch(x, packed, hidden, committed),
+            lambda packed=packed, committed=committed: fused_geglu.launch(
+                x, packed, hidden, committed
+            ),
         )
         fused_names[path] = {
             "eager": f"fused MLP, {path}",
             "graph": f"fused MLP in a CUDA graph, {path}",
             "compiled": f"torch.compile(fused MLP, fullgraph), {path}",
         }
-        add_forward(fused_names[path]["eager"], lambda name=name: lesson.FusedGeGLUMLP(mlp, name))
+        add_forward(
+            fused_names[path]["eager"], lambda name=name: fused_geglu.FusedGeGLUMLP(mlp, name)
+        )
         add_forward(
             fused_names[path]["graph"],
-            lambda name=name: cuda_graph(lesson.FusedGeGLUMLP(mlp, name)),
+            lambda name=name: cuda_graph(fused_geglu.FusedGeGLUMLP(mlp, name)),
         )
         add_forward(
             fused_names[path]["compiled"],
-            lambda name=name: torch.compile(lesson.FusedGeGLUMLP(mlp, name), fullgraph=True),
+            lambda name=name: torch.compile(fused_geglu.FusedGeGLUMLP(mlp, name), fullgraph=True),
             compiled=True,
         )
 
@@ -483,7 +487,7 @@ def main() -> int:
     for what, us in ((TWO, two_us), (ONE, one_us)):
         rows.append(Row(f"{what}, same passes", us))
     for path, (what, _) in kernel_calls.items():
-        rows.append(Row(f"{what}: {lesson.CONFIGS[path].describe()}", kernel_us[path]))
+        rows.append(Row(f"{what}: {fused_geglu.CONFIGS[path].describe()}", kernel_us[path]))
     eager_us = forward_us.get("eager MLP (03_simple_mlp)")
     compile_us = forward_us.get("torch.compile(MLP), default")
     liger_us = forward_us.get("Liger LigerGEGLUMLP")
@@ -527,7 +531,7 @@ def main() -> int:
                 )
         if eager_us:
             print(f"  {path}: eager / fused forward: {eager_us / f_us:.2f}x")
-    print("paste into CONFIGS in 03_fused_mlp.py (the fastest candidate; within ~2 us, prefer")
+    print("paste into CONFIGS in fused_geglu.py (the fastest candidate; within ~2 us, prefer")
     print("the simpler one: no warp specialization, which Triton 3.6 fails to compile at times):")
     for path, (_, cfg) in best.items():
         print(f'  "{path}": {as_code(cfg)},')

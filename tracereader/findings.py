@@ -26,6 +26,7 @@ from tracereader import footprint, intervals
 from tracereader.analyses import breakdown, collectives, idle, syncs, variation
 from tracereader.kernel_names import CUDA_CORES, TF32, label, readable
 from tracereader.model import (
+    DTYPES,
     CpuOp,
     GpuItem,
     Step,
@@ -67,7 +68,7 @@ MAIN_KERNEL_SHARE = 0.1  # a kernel with this share of its step's GPU time is a 
 # opaque bar worth pointing at: this many us and this share of the step's CPU time.
 OPAQUE_US = 40
 OPAQUE_SHARE = 0.2
-SIXTEEN_BIT = {"c10::BFloat16": "bf16", "c10::Half": "fp16"}
+SIXTEEN_BIT = {spelling: short for spelling, short in DTYPES.items() if short in ("bf16", "fp16")}
 MASK_BUILDERS = frozenset({"aten::tril", "aten::triu", "aten::tril_", "aten::triu_"})
 MASK_SOURCES = frozenset({"aten::ones", "aten::ones_like", "aten::full", "aten::new_ones"})
 # Ops whose copy is their whole point: no in-place variant would avoid it.

@@ -372,8 +372,16 @@ def launched_below(op: CpuOp, kind: str | None = None) -> bool:
     return bool(op.below & (KIND_BIT[kind] if kind else 7))
 
 
-# What record_shapes writes for the floating-point element types, as the lessons' --dtype.
-DTYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64"}
+# The floating-point element types, by the short name of the lessons' --dtype and file names:
+# how record_shapes spells each in a trace, and torch's name for it. The one table of dtypes:
+# common.cli builds the lessons' torch dtypes from it, so the reader stays torch-free.
+ELEMENT_TYPES = {
+    "bf16": ("c10::BFloat16", "bfloat16"),
+    "fp16": ("c10::Half", "float16"),
+    "fp32": ("float", "float32"),
+    "fp64": ("double", "float64"),
+}
+DTYPES = {spelling: short for short, (spelling, _) in ELEMENT_TYPES.items()}  # as traces spell them
 
 
 def input_dtype(step: Step) -> str | None:

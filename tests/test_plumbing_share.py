@@ -1,0 +1,80 @@
+"""Every lesson stays a lesson: at most 20% of its code is plumbing (tools/plumbing_share.py
+says what counts)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from tools import plumbing_share as tool
+
+
+def test_every_lesson_is_at_most_a_fifth_plumbing(capsys):
+    shares = {path.name: tool.measure(path) for path in tool.lessons()}
+    assert {"01_matmul_add.py", "03_fused_mlp.py", "04_c_sdpa_attention.py"} <= set(shares)
+    over = {name: f"{s.share:.0%}" for name, s in shares.items() if s.share > tool.LIMIT}
+    assert not over, f"plumbing over {tool.LIMIT:.0%}: {over} (tools/plumbing_share.py --lines)"
+    assert tool.main([]) == 0 and "04_d_kernels_attention.py" in capsys.readouterr().out
+
+
+def test_parsing_refusals_helpers_and_knobs_count_as_plumbing_the_lesson_does_not(tmp_path):
+    lesson = tmp_path / "09_example.py"
+    lesson.write_text(
+        textwrap.dedent(
+            '''\
+            """Docstring: not counted."""
+            import sys
+
+            import torch
+
+            warnings_off = 1
+            print("a knob")
+
+
+            def parse(argv):
+                parser = make_parser()
+                parser.add_argument("--n")
+                return parser.parse_args(argv)
+
+
+            def tag(args):
+                return f"n{args.n}"
+
+
+            def forward(x):
+                return torch.relu(x)
+
+
+            def main(argv=None):
+                args = parse(argv)
+                if args.n == "0":
+                    raise ValueError("no")
+                return forward(torch.ones(int(args.n)))
+
+
+            if __name__ == "__main__":
+                sys.exit(main())
+            '''
+        )
+    )
+    share = tool.measure(lesson)
+    source = lesson.read_text().splitlines()
+    kinds = {source[n - 1].strip(): kind for n, kind in share.plumbing.items()}
+    assert kinds == {
+        'print("a knob")': "knobs",
+        "def parse(argv):": "parsing",
+        "parser = make_parser()": "parsing",
+        'parser.add_argument("--n")': "parsing",
+        "return parser.parse_args(argv)": "parsing",
+        "def tag(args):": "helpers",
+        'return f"n{args.n}"': "helpers",
+        'if args.n == "0":': "refusals",
+        'raise ValueError("no")': "refusals",
+    }
+    # counted: everything after the docstring but the imports and the __main__ guard
+    assert share.counted == 15
+
+
+def test_a_missing_lesson_is_one_line_and_exit_2(capsys):
+    assert tool.main(["no_such_lesson.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no_such_lesson.py" in err
