@@ -53,8 +53,10 @@ def test_matmul_add_keeps_only_the_last_output_alive(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(lesson, "matmul_add", tracking)
-    assert run_script("01_matmul_add", "--size", "8", "--traces-dir", str(tmp_path)) == 0
-    profiled = alive_at_call[:5]  # wait + warmup + active; the reference check calls it too
+    argv = ["--size", "8", "--warmup", "--traces-dir", str(tmp_path)]
+    assert run_script("01_matmul_add", *argv) == 0
+    # 3 warm-up calls, then wait + warmup + active = 5 steps; the reference check calls it too
+    profiled = alive_at_call[3:8]
     assert len(profiled) == 5 and max(profiled) <= 1
 
 
