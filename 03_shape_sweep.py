@@ -217,17 +217,6 @@ def snapshot() -> tuple[int, float, int]:
 PROFILED_CALLS = 5  # calls per profile: kernel times are averaged over them
 
 
-def gpu_work(events) -> list:
-    """The profiler's GPU events that are work (kernels, memcpys, memsets): a record_function's
-    GPU-side span is an event on the device too, and would count its kernels a second time."""
-    return [
-        e
-        for e in events
-        if e.device_type == torch.autograd.DeviceType.CUDA
-        and not getattr(e, "is_user_annotation", False)
-    ]
-
-
 @dataclass(frozen=True)
 class Forward:
     """What one forward ran on the GPU, averaged over the profiled calls."""
@@ -263,7 +252,7 @@ def read_forward(events, calls: int) -> Forward:
     GeGLU kernels are the GEGLU_CLASSES kernels in that span (never a copy before it, such
     as a CUDA graph's input copy). Where the GEMMs do not split evenly into calls, the
     GeGLU time falls back to every GEGLU_CLASSES kernel and the gate/up+GeGLU time is None."""
-    work = sorted(gpu_work(events), key=lambda e: e.time_range.start)
+    work = sorted(timing.gpu_work(events), key=lambda e: e.time_range.start)
     roles = [role(e.name) for e in work]
     host = [e.name for e in events if e.device_type != torch.autograd.DeviceType.CUDA]
 

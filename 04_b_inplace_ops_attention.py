@@ -10,7 +10,9 @@ and overwriting them loses nothing. With autograd on, safety becomes a question 
 version counters then turn a violation into an error at backward time, not a wrong gradient.
 What it saves: one [batch, heads, seq, seq] copy per forward, i.e. a read and a write of the
 whole scores through GPU memory, and an allocation of their size. The forward's peak memory
-stays at two score-sized buffers: softmax still writes a new tensor beside its input.
+stays at two score-sized buffers (softmax still writes a new tensor beside its input), so the
+saving shows in the memory allocated per forward, which the lesson prints beside the peak:
+one score-sized tensor less than 04_a, at the same peak.
 
 Guess first. Per recorded step, on a GPU:
   eager     five GPU operations, one fewer than 04_a: the q @ k^T GEMM, the scale multiply,

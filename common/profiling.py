@@ -121,18 +121,42 @@ def sort_key(run: Run) -> str:
     return "device_time_total" if run.on_gpu else "cpu_time_total"
 
 
-# Device memory allocated when reset_peak_memory last ran, per device: the weights and inputs
-# the profiled steps start from.
-_resident: dict[torch.device, int] = {}
+# Per device, when reset_peak_memory last ran: the bytes allocated then (the weights and inputs
+# the profiled steps start from) and the allocator's running total of bytes handed out.
+_memory_at_reset: dict[torch.device, tuple[int, int]] = {}
 
 
 def reset_peak_memory(run: Run) -> None:
-    """Start counting peak memory here, so that the peak `show` prints is the profiled steps'
-    own: not the float32 reference's, not an earlier variant's (04_c runs several)."""
+    """Start counting memory here, so that what `show` prints is the profiled steps' own: not
+    the float32 reference's, not an earlier variant's (04_c runs several)."""
     if run.on_gpu:
         torch.cuda.synchronize(run.device)
         torch.cuda.reset_peak_memory_stats(run.device)
-        _resident[run.device] = torch.cuda.memory_allocated(run.device)
+        stats = torch.cuda.memory_stats(run.device)
+        _memory_at_reset[run.device] = (
+            stats.get("allocated_bytes.all.current", 0),
+            stats.get("allocated_bytes.all.allocated", 0),
+        )
+
+
+def memory_line(run: Run) -> str:
+    """Peak device memory since reset_peak_memory, split into what was resident before and the
+    forward's own, and the bytes the allocator handed out meanwhile. The peak shows what must
+    fit; the bytes handed out show an allocation avoided even where the peak stays (04_b's
+    in-place mask: one score-sized tensor less per forward, the same two alive at the top)."""
+    mib = 2**20
+    peak = torch.cuda.max_memory_allocated(run.device) / mib
+    if run.device not in _memory_at_reset:
+        return f"peak device memory in this run: {peak:.1f} MiB"
+    resident, handed_out = _memory_at_reset[run.device]
+    handed_out = (
+        torch.cuda.memory_stats(run.device).get("allocated_bytes.all.allocated", 0) - handed_out
+    )
+    return (
+        f"device memory in the profiled steps: peak {peak:.1f} MiB = {resident / mib:.1f} MiB "
+        f"resident before them (weights, inputs) + {peak - resident / mib:.1f} MiB the "
+        f"forward's own; {handed_out / mib:.1f} MiB allocated in all (every step's tensors)"
+    )
 
 
 def show(table: str, outputs: Outputs, run: Run) -> None:
@@ -141,17 +165,7 @@ def show(table: str, outputs: Outputs, run: Run) -> None:
     print(f"trace: {outputs.trace}")
     print(f"table: {outputs.table}")
     if run.on_gpu:
-        peak = torch.cuda.max_memory_allocated(run.device) / 2**20
-        resident = _resident.get(run.device)
-        if resident is None:
-            print(f"peak device memory in this run: {peak:.1f} MiB")
-        else:
-            resident /= 2**20
-            print(
-                f"peak device memory in the profiled steps: {peak:.1f} MiB, of which "
-                f"{resident:.1f} MiB were resident before them (weights, inputs) and "
-                f"{peak - resident:.1f} MiB the forward's own (activations, outputs, workspace)"
-            )
+        print(memory_line(run))
     traces_dir = outputs.trace.parent.parent
     print(
         f"view: drop {outputs.trace} onto https://ui.perfetto.dev, or share the folder with "

@@ -195,11 +195,11 @@ def test_each_gemm_is_judged_against_the_ceiling_of_its_own_precision(
 def test_the_trace_decides_what_a_gemm_computed_in():
     """04_c's math backend on an H100, bf16 inputs: its GEMMs ran fp32 on the CUDA cores (the
     kernel names say ffma), so they are judged against fp32's ceiling, whatever TF32 says."""
-    from common import attention_flags
+    from common import shapes
 
     folder = H100_FIXTURES / "04_c_sdpa_attention"
     trace = trace_reader.load(folder / "b8_h16_s1024_d64_bf16_eager_math.json.gz")
-    shape = attention_flags.sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
+    shape = shapes.attention_sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
     model = load_script("04_c_sdpa_attention").traffic_model(shape, 2, "math")
     named = bench.named_precisions(trace, model)
     gemms = [n for n, k in enumerate(model) if k.cls == "gemm"]
@@ -613,7 +613,7 @@ def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsy
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
 
 
-def test_sweep_counts_gpu_work_once_not_the_annotations_over_it():
+def test_profiled_gpu_work_is_counted_once_not_the_annotations_over_it():
     from types import SimpleNamespace
 
     import torch
@@ -625,8 +625,7 @@ def test_sweep_counts_gpu_work_once_not_the_annotations_over_it():
         SimpleNamespace(name="Memset (Device)", device_type=cuda, is_user_annotation=False),
         SimpleNamespace(name="aten::mm", device_type=cpu, is_user_annotation=False),
     ]
-    sweep = load_script("03_shape_sweep")
-    assert [e.name for e in sweep.gpu_work(events)] == ["nvjet_gemm", "Memset (Device)"]
+    assert [e.name for e in timing.gpu_work(events)] == ["nvjet_gemm", "Memset (Device)"]
 
 
 def test_the_tuners_compute_floor_is_beaten_by_no_gemm_timed_beside_it():

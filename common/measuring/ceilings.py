@@ -6,7 +6,8 @@
   few matmuls on random data (zeros run faster than real data on some GPUs): squares of 4096,
   8192 and 16384, plus the lesson's own GEMM shapes. One square is no ceiling: on an H100 a bf16
   8192x4096x4096 GEMM ran at 105% of the 8192^3 matmul's rate, a K = 768 gate/up at 109%.
-Each probe is timed with its calls queued back to back, as the profiled kernels it judges ran.
+Each probe is its fastest call's GPU time as the profiler measures it, the measure of the kernels
+it judges.
 Cached in $XDG_CACHE_HOME/profiling-pytorch/ceilings.json (default ~/.cache/...), one entry per
 device, torch version and precision holding the rate of every shape measured, so a run measures
 only the precisions and shapes no earlier run did; `--fresh-ceilings` measures them again.
@@ -173,22 +174,12 @@ def _tf32(allowed: bool):
 
 
 def _seconds(fn: Callable[[], object]) -> float:
-    """Per call, with calls queued back to back between two CUDA events, about 50 ms of them
-    per sample: as the kernels of a profiled loop run. do_bench's events and L2 flush around
-    each call add time that a kernel's profiled duration lacks, so the kernel a do_bench
-    ceiling was measured on could beat it."""
-    import torch
+    """The fastest of 20 calls, in GPU time as the profiler measures it: the measure of the
+    profiled kernels a ceiling judges (CUDA events around queued calls count the gaps
+    between kernels too, and a kernel the ceiling was taken on could then beat it)."""
+    from common.measuring.timing import time_gpu_profiled
 
-    from common.measuring.timing import time_gpu_queued
-
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    one_s = max(start.elapsed_time(end) / 1e3, 1e-6)
-    return time_gpu_queued(fn, calls=max(1, min(50, int(0.05 / one_s))), repeats=5).median_s
+    return time_gpu_profiled(fn).best_s
 
 
 def measure(device, what: str, probe: str) -> float | None:
