@@ -176,4 +176,3 @@ def time_gpu_profiled(fn: Callable[[], object], *, calls: int = 20) -> Timing:
         for i in range(0, len(work), per_call)
     ]
     return summarize(samples, f"GPU time of {calls} profiled calls")
-
