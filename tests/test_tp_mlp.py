@@ -252,12 +252,14 @@ def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
         sys.stdout = sys.stderr = hidden
 
     monkeypatch.setattr(torchrun, "_quiet", quiet)
-    before = signal.getsignal(signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return torchrun.run_main(load_script("05_tp_mlp").main, list(argv)), hidden.getvalue()
+        code = torchrun.run_main(load_script("05_tp_mlp").main, list(argv))
+        return code, hidden.getvalue()
     finally:
         sys.stdout, sys.stderr = streams
-        signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def test_without_torchrun_it_says_how_to_launch(monkeypatch, tmp_path, capsys):
