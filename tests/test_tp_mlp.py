@@ -1,16 +1,17 @@
-"""05_tp_mlp.py for real: two gloo ranks under torchrun on the CPU, small shapes. What a user
-relies on: one trace per rank with the profiler's distributedInfo, the all-reduce in every
-recorded step, rank 0 speaking for all, and the multi-rank reading; a failure on any rank is
-one line from rank 0, every rank exits non-zero, nothing is left behind, nothing hangs.
+"""05_tp_mlp.py for real: gloo ranks under torchrun on the CPU, small shapes. What a user relies
+on: one trace per rank with the profiler's distributedInfo, the all-reduce in every recorded
+step, rank 0 speaking for all, and the multi-rank reading, at N = 2 and N = 4; a failure on any
+rank, or Ctrl-C, is one line from rank 0, every rank exits non-zero, nothing is left behind,
+nothing hangs.
 
-Each torchrun launch costs 10-25 s on a 2-core machine (three interpreters import torch), so
-the launches are few and shared; the rest runs in-process. The reader's GPU side is checked
-on a synthetic 2-rank GPU trace pair built here; a real pair from a GPU run can sit beside it
-(tests/fixtures/) and go through the same assertions.
+Each torchrun launch costs 10-30 s on a 2-core machine (every rank imports torch), so the
+launches are few, shared, and marked slow; the rest runs in-process. The reader's GPU side is
+checked on a synthetic 2-rank GPU trace pair built here and on real H200 ranks (tests/fixtures/).
 """
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -19,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,41 +36,54 @@ TAG = "b2_s4_d16_h32_bf16_tp2_{mode}_cpu"
 LAUNCH_TIMEOUT_S = 240  # a hung launch fails the test instead of hanging CI
 
 
-def torchrun_launch(tmp: Path, *argv: str, nproc: int = 2, fault: str | None = None):
-    """`torchrun --standalone --nproc-per-node N 05_tp_mlp.py ARGV`, each rank's stdout and
-    stderr in its own log file. Returns (process, {rank: (stdout, stderr)})."""
-    logs = tmp / "logs"
+def launch_command(tmp: Path, *argv: str, nproc: int = 2) -> list[str]:
+    """`torchrun --standalone --nproc-per-node N 05_tp_mlp.py ARGV --device cpu`, each rank's
+    stdout and stderr in its own log file under tmp/logs."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "--log-dir",
+        str(tmp / "logs"),
+        "--redirects",
+        "3",
+        str(ROOT / "05_tp_mlp.py"),
+        *argv,
+        "--device",
+        "cpu",  # gloo on the CPU, also on a machine with GPUs: the same traces everywhere
+    ]
+
+
+def launch_env(fault: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != torchrun.FAULT_ENV}
     if fault:
         env[torchrun.FAULT_ENV] = fault
+    return env
+
+
+def rank_logs(tmp: Path, nproc: int) -> dict[int, tuple[str, str]]:
+    """{rank: (stdout, stderr)} of the launch that logged under tmp/logs."""
+    per_rank = {}
+    for r in range(nproc):
+        (folder,) = (tmp / "logs").glob(f"*/attempt_0/{r}")
+        per_rank[r] = ((folder / "stdout.log").read_text(), (folder / "stderr.log").read_text())
+    return per_rank
+
+
+def torchrun_launch(tmp: Path, *argv: str, nproc: int = 2, fault: str | None = None):
+    """Run a launch to its end. Returns (process, {rank: (stdout, stderr)})."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            str(nproc),
-            "--log-dir",
-            str(logs),
-            "--redirects",
-            "3",
-            str(ROOT / "05_tp_mlp.py"),
-            *argv,
-            "--device",
-            "cpu",  # gloo on the CPU, also on a machine with GPUs: the same traces everywhere
-        ],
+        launch_command(tmp, *argv, nproc=nproc),
         cwd=ROOT,
-        env=env,
+        env=launch_env(fault),
         capture_output=True,
         text=True,
         timeout=LAUNCH_TIMEOUT_S,
     )
-    per_rank = {}
-    for r in range(nproc):
-        (folder,) = logs.glob(f"*/attempt_0/{r}")
-        per_rank[r] = ((folder / "stdout.log").read_text(), (folder / "stderr.log").read_text())
-    return proc, per_rank
+    return proc, rank_logs(tmp, nproc)
 
 
 def exit_codes(torchrun_stderr: str) -> dict[int, int]:
@@ -112,6 +127,7 @@ def rank_trace(folder: Path, mode: str, rank: int) -> Path:
 # --- a real run --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_trace_per_rank_with_distributed_info_and_only_rank0_table(eager):
     folder, _ = eager
     tag = TAG.format(mode="eager")
@@ -125,6 +141,7 @@ def test_one_trace_per_rank_with_distributed_info_and_only_rank0_table(eager):
         assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "compile"])
 def test_every_recorded_step_holds_the_all_reduce(mode, eager, compiled):
     folder = {"eager": eager, "compile": compiled}[mode][0]
@@ -145,6 +162,7 @@ def test_every_recorded_step_holds_the_all_reduce(mode, eager, compiled):
         assert any(e["name"] == "gloo:all_reduce" for e in events)
 
 
+@pytest.mark.slow
 def test_rank0_speaks_and_rank1_is_silent(eager):
     _, logs = eager
     out = logs[0][0]
@@ -156,6 +174,7 @@ def test_rank0_speaks_and_rank1_is_silent(eager):
     assert logs[1][0] == ""
 
 
+@pytest.mark.slow
 def test_compiled_run_is_as_expected(compiled):
     _, logs = compiled
     out = logs[0][0]
@@ -164,6 +183,7 @@ def test_compiled_run_is_as_expected(compiled):
     assert logs[1][0] == ""
 
 
+@pytest.mark.slow
 def test_the_multi_rank_reading_of_cpu_traces(eager):
     folder, _ = eager
     runs = ranks.runs_at(folder)
@@ -183,6 +203,7 @@ def test_the_multi_rank_reading_of_cpu_traces(eager):
     assert "skew of the step starts" in reading and "no bandwidth from a CPU trace" in reading
 
 
+@pytest.mark.slow
 def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
     folder, _ = eager
     assert explain.main([str(folder)]) == 0
@@ -201,41 +222,124 @@ def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
     assert "CPU dispatch chain" in capsys.readouterr().out
 
 
-def test_scaling_tool_reads_the_bench_line_and_plans_its_runs(eager, capsys):
+def scaling_tool():
     sys.path.insert(0, str(ROOT / "tools"))
     try:
         import tp_scaling
     finally:
         sys.path.remove(str(ROOT / "tools"))
-    summary = tp_scaling.parse_summary(eager[1][0][0])
-    assert summary["ranks"] == 2 and summary["forward_us"] > 0 and summary["allreduce_us"] > 0
-    assert tp_scaling.main(["out", "--dry-run", "--ranks", "1,2"]) == 0
+    return tp_scaling
+
+
+def test_scaling_tool_plans_any_n_the_shapes_split_over(capsys):
+    tool = scaling_tool()
+    assert tool.main(["out", "--dry-run", "--ranks", "1,2"]) == 0
     commands = capsys.readouterr().out.splitlines()
     assert len(commands) == 8  # 2 shapes x 2 modes x 2 rank counts
     assert all("torch.distributed.run --standalone --nproc-per-node" in c for c in commands)
     assert any("--dim 2048 --hidden 9216" in c and "--compile" in c for c in commands)
+    assert tool.main(["out", "--dry-run", "--ranks", "6,3", "--modes", "eager"]) == 0
+    commands = capsys.readouterr().out.splitlines()
+    assert [c.split("--nproc-per-node ")[1].split()[0] for c in commands] == ["3", "6"] * 2
+    for ranks_flag, refusal in [("5", "does not split over 5"), ("0", "at least 1")]:
+        with pytest.raises(SystemExit) as exit_:
+            tool.main(["out", "--dry-run", "--ranks", ranks_flag])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and refusal in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_four_ranks_through_the_scaling_tool(tmp_path, capsys):
+    """N > 2 on a CPU: tools/tp_scaling.py launches 05_tp_mlp.py --bench on 4 gloo ranks;
+    every rank writes its trace, rank 0 reads all four, the tool's row holds both readings."""
+    argv = ["--ranks", "4", "--shapes", "tiny", "--modes", "eager", "--device", "cpu"]
+    assert scaling_tool().main([str(tmp_path), *argv]) == 0, capsys.readouterr().out
+    with open(tmp_path / "tp_scaling.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert row["ranks"] == "4" and row["status"] == "ok"
+    assert float(row["forward_us"]) > 0 and float(row["allreduce_us"]) > 0  # --bench's line
+    assert float(row["comm_us"]) > 0 and float(row["exposed_us"]) > 0  # the rank traces'
+    stem = tmp_path / "traces" / "05_tp_mlp" / "b2_s4_d16_h32_bf16_tp4_eager_cpu"
+    paths = ranks.runs_at(stem)[stem]
+    assert sorted(paths) == [0, 1, 2, 3]
+    for rank, path in paths.items():
+        events = read_trace(path)
+        info = json.loads(path.read_text())["distributedInfo"]
+        assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, 4)
+        for step in steps(events):
+            assert "c10d::allreduce_" in [e["name"] for e in inside(step, events)]
+    result = ranks.read_run(stem, paths)
+    assert result["world"] == 4 and result["problems"] == [] and result["steps_matched"] == 3
+    assert [r["collectives_per_step"] for r in result["per_rank"]] == [[1]] * 4
+    assert result["straggler"]["rank"] in range(4)
+    out = (tmp_path / "logs" / "tiny_eager_tp4.out").read_text()
+    assert "4 of 4 ranks, gloo" in out and "all as expected" in out  # rank 0's reading
+    assert explain.main([str(stem)]) == 0 and "4 of 4 ranks, gloo" in capsys.readouterr().out
 
 
 # --- failures: one line from rank 0, every rank out, nothing left --------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
-    "fault",
-    ["1:export", "1:init"],
-    ids=["rank1-fails-after-rank0-wrote", "rank1-fails-while-rank0-is-in-a-collective"],
+    ("nproc", "fault"),
+    [(2, "1:init"), (4, "2:export")],
+    ids=["rank1-of-2-fails-while-rank0-is-in-a-collective", "rank2-of-4-fails-after-others-wrote"],
 )
-def test_a_failing_rank_stops_every_rank_and_leaves_nothing(fault, tmp_path):
+def test_a_failing_rank_stops_every_rank_and_leaves_nothing(nproc, fault, tmp_path):
     traces = tmp_path / "traces"
-    proc, logs = torchrun_launch(tmp_path, *SMALL, "--traces-dir", str(traces), fault=fault)
+    args = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
+    proc, logs = torchrun_launch(
+        tmp_path, *args, "--traces-dir", str(traces), nproc=nproc, fault=fault
+    )
     assert proc.returncode != 0
-    where = fault.split(":")[1]
+    failing, where = fault.split(":")
     assert logs[0][1].splitlines() == [
-        f"error: rank 1 of 2: InjectedFault: failure staged at '{where}' by {torchrun.FAULT_ENV}"
+        f"error: rank {failing} of {nproc}: InjectedFault: failure staged at '{where}' by "
+        f"{torchrun.FAULT_ENV}"
     ]
-    assert logs[1] == ("", "")
+    assert all(logs[r] == ("", "") for r in range(1, nproc))  # rank 0 speaks for every rank
     codes = exit_codes(proc.stderr)
-    assert sorted(codes) == [0, 1] and all(codes.values()), proc.stderr[-2000:]
+    assert sorted(codes) == list(range(nproc)) and all(codes.values()), proc.stderr[-2000:]
+    # torchrun's closing report names the rank that failed first, with its traceback
+    root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?=====", proc.stderr, re.S)
+    assert root and root.group(1) == failing and "InjectedFault" in root.group(0)
     assert files_under(traces) == []  # no trace, no temporary folder, no empty folder
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank_with_one_line_and_leaves_nothing(tmp_path):
+    """Ctrl-C in a terminal reaches torchrun, which passes SIGINT on to every rank: here while
+    they profile (a long schedule), once rank 0 has printed its correctness line."""
+    traces = tmp_path / "traces"
+    argv = launch_command(tmp_path, *SMALL, "--active", "2000", "--traces-dir", str(traces))
+    env = {**launch_env(), "PYTHONUNBUFFERED": "1"}  # rank 0's lines reach its log at once
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        log = tmp_path / "logs"
+        while not any("correctness" in p.read_text() for p in log.glob("*/*/0/stdout.log")):
+            assert proc.poll() is None, "the run ended before it was interrupted"
+            assert time.monotonic() < deadline, "rank 0 never got to its correctness line"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        interrupted = time.monotonic()
+        _, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+        # every rank stopped by itself: torchrun would have killed it only after 30 s
+        assert time.monotonic() - interrupted < 25, err[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    logs = rank_logs(tmp_path, 2)
+    # its own interrupt, or rank 1's when a broken collective reached rank 0 first
+    assert re.fullmatch(r"error: (rank 1 of 2: )?interrupted \(Ctrl-C\)\n", logs[0][1])
+    assert logs[1] == ("", "")
+    assert files_under(traces) == []
 
 
 def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
