@@ -50,8 +50,10 @@ DEFAULT_TIMEOUT_S = 120  # a collective that takes longer is a failure
 CAUSE_WAIT_S = 10  # how long rank 0 waits for the cause of a failure it saw only the effect of
 EXIT_LAG_S = 1  # torchrun looks at its workers every 0.1 s (--monitor-interval's default)
 CAUSE_KEY = "profiling-pytorch/cause"  # in torchrun's store: "<exit code> <line>"
-FAULT_ENV = "PROFILING_PYTORCH_FAULT"  # tests only: "<rank>:<where>" makes that rank fail
+FAULT_ENV = "PROFILING_PYTORCH_FAULT"  # tests only: "<rank>:<where>[:hang]", see fault_point
+# What gloo raises (a RuntimeError) in a collective whose peer exited, or did not answer in time
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+_TIMED_OUT = ("Timed out", "Application timeout")
 
 
 class RankFailed(Exception):
@@ -86,6 +88,7 @@ class Group:
 
 
 _folder: Path | None = None  # where this rank's files go
+_agreeing: dist.ProcessGroup | None = None  # the group the ranks decide in (None: the default)
 _created: list[Path] = []  # the folders this run creates there, deepest first
 
 
@@ -159,16 +162,26 @@ def prepare(traces_dir: str, script: str, tag: str, launch: Launch, *, gzip: boo
 
 def init_process_group(run: Run, launch: Launch, *, timeout_s: int) -> Group:
     """Join the ranks: NCCL on GPUs, gloo on CPUs; `timeout_s` bounds every collective."""
+    global _agreeing
     backend = "nccl" if run.on_gpu else "gloo"
     options = {"device_id": run.device} if run.on_gpu else {}
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **options)
+    # The ranks decide over gloo on GPUs too: a timed-out NCCL collective ends its process
+    # (NCCL's watchdog) before it can remove its files; a timed-out gloo one raises.
+    if run.on_gpu:
+        _agreeing = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
     fault_point("init")  # tests: a rank that fails while the others enter a collective
     return Group(launch.rank, launch.world, backend)
 
 
 def fault_point(where: str) -> None:
-    """Tests only: fail here on the rank that PROFILING_PYTORCH_FAULT=<rank>:<where> names."""
-    if os.environ.get(FAULT_ENV) == f"{env_rank()}:{where}":
+    """Tests only: fail here on the rank that PROFILING_PYTORCH_FAULT=<rank>:<where> names
+    (with `:hang`, stop answering instead, as a stuck rank would)."""
+    fault = os.environ.get(FAULT_ENV, "")
+    if fault == f"{env_rank()}:{where}:hang":
+        while True:
+            time.sleep(1)
+    if fault == f"{env_rank()}:{where}":
         raise InjectedFault(f"failure staged at '{where}' by {FAULT_ENV}")
 
 
@@ -179,7 +192,7 @@ def _all_did(ok: bool, what: str) -> None:
     """Every rank says whether it did `what`; raise RankFailed on a rank that did, unless all
     did (a rank that did not raises its own error)."""
     said = [None] * dist.get_world_size()
-    dist.all_gather_object(said, ok)
+    dist.all_gather_object(said, ok, group=_agreeing)
     failed = [str(r) for r, good in enumerate(said) if not good]
     if ok and failed:
         raise RankFailed(f"rank(s) {', '.join(failed)} could not {what}")
@@ -217,19 +230,21 @@ def _stop(signum, frame):
     raise KeyboardInterrupt if signum == signal.SIGINT else Terminated()
 
 
-def _failure(err: BaseException) -> tuple[int, str, bool]:
-    """The exit code, one line, and whether the failure is this rank's own (not an effect
-    of another rank's)."""
+def _failure(err: BaseException) -> tuple[int, str, str]:
+    """The exit code, one line, and whose failure it is: "own" (this rank's), "effect" (of
+    another rank's) or "bug" (this rank's, unforeseen: its traceback is wanted)."""
     if isinstance(err, Terminated):
-        return 143, "stopped by torchrun (SIGTERM) after another rank exited", False
+        return 143, "stopped by torchrun (SIGTERM) after another rank exited", "effect"
     known = cli.failure(err)
     if known is not None:
-        return *known, True
+        return *known, "own"
+    if any(s in str(err) for s in _TIMED_OUT):  # no rank failed: one is stuck or far behind
+        return 1, f"a rank did not answer within --timeout: {one_line(err)}", "own"
     if isinstance(err, RankFailed):
-        return 1, str(err), False
+        return 1, str(err), "effect"
     if isinstance(err, dist.DistError) or any(s in str(err) for s in _PEER_GONE):
-        return 1, f"a collective failed: {one_line(err)}", False
-    return 1, one_line(err), True
+        return 1, f"a collective failed: {one_line(err)}", "effect"
+    return 1, one_line(err), "own" if isinstance(err, InjectedFault) else "bug"
 
 
 def _quiet() -> None:
@@ -249,12 +264,14 @@ def _store() -> dist.Store:
 
 def _cause(code: int, line: str) -> tuple[int, str]:
     """The failure another rank posted, or (code, line) if none comes within CAUSE_WAIT_S."""
-    try:
-        _store().wait([CAUSE_KEY], timedelta(seconds=CAUSE_WAIT_S))
-        posted, _, said = _store().get(CAUSE_KEY).decode("utf-8", "replace").partition(" ")
-        return int(posted), said
-    except Exception:
-        return code, line
+    deadline = time.monotonic() + CAUSE_WAIT_S
+    with suppress(Exception):  # the store is gone with torchrun
+        while time.monotonic() < deadline:  # polled: a timed-out store.wait logs on stderr
+            if _store().check([CAUSE_KEY]):
+                posted, _, said = _store().get(CAUSE_KEY).decode("utf-8", "replace").partition(" ")
+                return int(posted), said
+            time.sleep(0.05)
+    return code, line
 
 
 def _clean_up() -> None:
@@ -287,17 +304,17 @@ def run_main(
             for sig in (signal.SIGINT, signal.SIGTERM):  # the report must not be cut short
                 signal.signal(sig, signal.SIG_IGN)
     except (Exception, KeyboardInterrupt, Terminated) as err:
-        code, line, own = _failure(err)
-        if own and cli.failure(err) is None:  # a bug, or a test's staged one
+        code, line, whose = _failure(err)
+        if whose != "effect" and code != 2:  # bad input stays one line
             ErrorHandler().record_exception(err)  # its traceback in torchrun's closing report
-            if rank == 0 and not isinstance(err, InjectedFault):
-                traceback.print_exception(err, file=stderr)
+        if whose == "bug" and rank == 0:
+            traceback.print_exception(err, file=stderr)
         if not dist.is_initialized():  # before the ranks met: bad input, alike on every rank
             if rank == 0:
                 print(f"error: {line}", file=stderr)
             return code
         _clean_up()
-        if own:  # the cause: posted for rank 0 (the first to post wins)
+        if whose != "effect":  # the cause: posted for rank 0 (the first to post wins)
             said = line if rank == 0 else f"rank {rank} of {dist.get_world_size()}: {line}"
             with suppress(Exception):  # the store is gone with torchrun: nobody is left to tell
                 _store().compare_set(CAUSE_KEY, "", f"{code} {said}")
@@ -305,7 +322,7 @@ def run_main(
             code, line = _cause(code, line)
         if rank == 0:
             print(f"error: {line}", file=stderr)
-        if not own:  # torchrun sees the failing rank exit first: its report names that one
+        if whose == "effect":  # torchrun sees the failing rank exit first: its report names it
             time.sleep(EXIT_LAG_S)
         _exit(code)  # at once: that ends the collectives the others may be blocked in
     if dist.is_initialized():
