@@ -12,14 +12,14 @@ What common.cli and common.outputs give a single-process lesson, for many proces
   table) under temporary names; all_gather_object decides, and the files are renamed into
   place only if every rank wrote its own, otherwise each rank removes its own;
 - `run_main()`: one line on stderr, from rank 0, for a failure on any rank; the other ranks
-  print nothing; a failing rank exits at once, so no rank waits on it.
+  print nothing; every rank exits, none waits past --timeout.
 
 A failing rank exits at once, which breaks the collective the others are in (gloo sees the
 closed connection, and torchrun stops every rank with SIGTERM once one exits with an error).
 What rank 0 catches then is the effect, not the cause. So a rank whose failure is its own first
 posts its line in torchrun's store, which outlives the workers (the first to post wins), and
-rank 0 reports that line. A bug's traceback goes where elastic's `record` would put it: into
-torchrun's closing report.
+rank 0 reports that line. The failing rank's traceback (bad input aside) goes where elastic's
+`record` would put it: into torchrun's closing report, which then names that rank.
 """
 
 from __future__ import annotations
