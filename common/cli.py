@@ -299,32 +299,34 @@ def command_hint(command: str, *words: str | Path) -> str:
     return shlex.join(parts)
 
 
+def failure(err: BaseException) -> tuple[int, str] | None:
+    """The exit code and one line for an error the user can act on; None for a bug."""
+    if isinstance(err, UsageError):
+        return 2, str(err)
+    if isinstance(err, torch.OutOfMemoryError):
+        return 2, "out of device memory at these sizes: choose smaller sizes"
+    if isinstance(err, MismatchError):
+        return 1, f"the output does not match the float32 reference: {err}"
+    # Ctrl-C, also when it landed inside a library's cleanup (the profiler's __exit__ can
+    # raise its own error while the interrupt unwinds): still an interruption, not a crash.
+    if _caused_by_interrupt(err):
+        return 130, "interrupted (Ctrl-C)"
+    return None
+
+
 def run_main(
     main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
     """Call a script's main; turn bad input into one stderr line and exit code 2."""
     try:
         return main(argv) or 0
-    except UsageError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except torch.OutOfMemoryError:
-        print("error: out of device memory at these sizes: choose smaller sizes", file=sys.stderr)
-        return 2
-    except MismatchError as err:
-        print(f"error: the output does not match the float32 reference: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        # Partial outputs are cleaned up by the context managers the interrupt unwound.
-        print("error: interrupted (Ctrl-C)", file=sys.stderr)
-        return 130
-    except Exception as err:
-        if not _caused_by_interrupt(err):
+    except (Exception, KeyboardInterrupt) as err:
+        # Partial outputs are cleaned up by the context managers the error unwound.
+        said = failure(err)
+        if said is None:
             raise
-        # Ctrl-C landed inside a library's cleanup (the profiler's __exit__ can raise its own
-        # error while the interrupt unwinds): still an interruption, not a crash.
-        print("error: interrupted (Ctrl-C)", file=sys.stderr)
-        return 130
+        print(f"error: {said[1]}", file=sys.stderr)
+        return said[0]
 
 
 def _caused_by_interrupt(err: BaseException) -> bool:

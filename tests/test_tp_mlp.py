@@ -1,24 +1,25 @@
-"""05_tp_mlp.py for real: two gloo ranks under torchrun on the CPU, small shapes. What a user
-relies on: one trace per rank with the profiler's distributedInfo, the all-reduce in every
-recorded step, rank 0 speaking for all, and the multi-rank reading; a failure on any rank is
-one line from rank 0, every rank exits non-zero, nothing is left behind, nothing hangs.
+"""05_tp_mlp.py for real: gloo ranks under torchrun on the CPU, small shapes. What a user relies
+on: one trace per rank with the profiler's distributedInfo, the all-reduce in every recorded
+step, rank 0 speaking for all, and the multi-rank reading, at N = 2 and N = 4; a failure on any
+rank, or Ctrl-C, is one line from rank 0, every rank exits non-zero, nothing is left behind,
+nothing hangs.
 
-Each torchrun launch costs 10-25 s on a 2-core machine (three interpreters import torch), so
-the launches are few and shared; the rest runs in-process. The reader's GPU side is checked
-on a synthetic 2-rank GPU trace pair built here; a real pair from a GPU run can sit beside it
-(tests/fixtures/) and go through the same assertions.
+Each torchrun launch costs 10-30 s on a 2-core machine (every rank imports torch), so the
+launches are few, shared, and marked slow; the rest runs in-process. The reader's GPU side is
+checked on a synthetic 2-rank GPU trace pair built here and on real H200 ranks (tests/fixtures/).
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib
 import io
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,53 +31,38 @@ from tracereader import compare, expectations, explain, ranks
 from tracereader import load as trace_reader
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
-TAG = "b2_s4_d16_h32_bf16_tp2_{mode}_cpu"
+RANKS = {"eager": 4, "compile": 2}  # N > 2 eager, N = 2 compiled: every launch costs
 LAUNCH_TIMEOUT_S = 240  # a hung launch fails the test instead of hanging CI
 
 
+def tool(name: str):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+
+
+check = tool("torchrun_check")  # launching, and reading what a launch left: as on the GPUs
+files_under, exit_codes = check.files_under, check.exit_codes
+
+
+def launch_command(tmp: Path, *argv: str, nproc: int = 2) -> list[str]:
+    # gloo on the CPU, also on a machine with GPUs: the same traces everywhere
+    return check.launch_command(tmp / "logs", nproc, *argv, "--device", "cpu")
+
+
 def torchrun_launch(tmp: Path, *argv: str, nproc: int = 2, fault: str | None = None):
-    """`torchrun --standalone --nproc-per-node N 05_tp_mlp.py ARGV`, each rank's stdout and
-    stderr in its own log file. Returns (process, {rank: (stdout, stderr)})."""
-    logs = tmp / "logs"
-    env = {k: v for k, v in os.environ.items() if k != torchrun.FAULT_ENV}
-    if fault:
-        env[torchrun.FAULT_ENV] = fault
+    """Run a launch to its end. Returns (process, {rank: (stdout, stderr)})."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node",
-            str(nproc),
-            "--log-dir",
-            str(logs),
-            "--redirects",
-            "3",
-            str(ROOT / "05_tp_mlp.py"),
-            *argv,
-            "--device",
-            "cpu",  # gloo on the CPU, also on a machine with GPUs: the same traces everywhere
-        ],
+        launch_command(tmp, *argv, nproc=nproc),
         cwd=ROOT,
-        env=env,
+        env=check.launch_env(fault),
         capture_output=True,
         text=True,
         timeout=LAUNCH_TIMEOUT_S,
     )
-    per_rank = {}
-    for r in range(nproc):
-        (folder,) = logs.glob(f"*/attempt_0/{r}")
-        per_rank[r] = ((folder / "stdout.log").read_text(), (folder / "stderr.log").read_text())
-    return proc, per_rank
-
-
-def exit_codes(torchrun_stderr: str) -> dict[int, int]:
-    """Each failed rank's exit code, from torchrun's closing report."""
-    found = re.findall(
-        r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", torchrun_stderr
-    )
-    return {int(r): int(code) for r, code in found}
+    return proc, check.rank_logs(tmp / "logs", nproc)
 
 
 @pytest.fixture(autouse=True)
@@ -85,51 +71,52 @@ def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
-def files_under(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+def launched(tmp: Path, mode: str, *flags: str):
+    argv = [*SMALL, *flags, "--traces-dir", str(tmp / "traces")]
+    proc, logs = torchrun_launch(tmp, *argv, nproc=RANKS[mode])
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs[0][1][-3000:]
+    return tmp / "traces" / "05_tp_mlp", logs
 
 
 @pytest.fixture(scope="module")
 def eager(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tp_eager")
-    proc, logs = torchrun_launch(tmp, *SMALL, "--bench", "--traces-dir", str(tmp / "traces"))
-    assert proc.returncode == 0, proc.stderr[-3000:] + logs[0][1][-3000:]
-    return tmp / "traces" / "05_tp_mlp", logs
+    return launched(tmp_path_factory.mktemp("tp_eager"), "eager", "--bench")
 
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("tp_compile")
-    proc, logs = torchrun_launch(tmp, *SMALL, "--compile", "--traces-dir", str(tmp / "traces"))
-    assert proc.returncode == 0, proc.stderr[-3000:] + logs[0][1][-3000:]
-    return tmp / "traces" / "05_tp_mlp", logs
+    return launched(tmp_path_factory.mktemp("tp_compile"), "compile", "--compile")
+
+
+def stem(mode: str) -> str:
+    return f"b2_s4_d16_h32_bf16_tp{RANKS[mode]}_{mode}_cpu"
 
 
 def rank_trace(folder: Path, mode: str, rank: int) -> Path:
-    return folder / f"{TAG.format(mode=mode)}_rank{rank}.json"
+    return folder / f"{stem(mode)}_rank{rank}.json"
 
 
-# --- a real run --------------------------------------------------------------------------
+# --- a real run: four ranks eager, two compiled ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_trace_per_rank_with_distributed_info_and_only_rank0_table(eager):
     folder, _ = eager
-    tag = TAG.format(mode="eager")
-    assert sorted(p.name for p in folder.iterdir()) == [
-        f"{tag}_rank0.json",
-        f"{tag}_rank0.txt",
-        f"{tag}_rank1.json",
-    ]  # and no temporary file or folder left
-    for rank in (0, 1):
+    n = RANKS["eager"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"{stem('eager')}_rank0.txt"] + [rank_trace(folder, "eager", r).name for r in range(n)]
+    )  # and no temporary file or folder left
+    for rank in range(n):
         info = json.loads(rank_trace(folder, "eager", rank).read_text())["distributedInfo"]
-        assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, 2)
+        assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "compile"])
 def test_every_recorded_step_holds_the_all_reduce(mode, eager, compiled):
     folder = {"eager": eager, "compile": compiled}[mode][0]
     issue = "_c10d_functional::all_reduce" if mode == "eager" else "_c10d_functional::all_reduce_"
-    for rank in (0, 1):
+    for rank in range(RANKS[mode]):
         events = read_trace(rank_trace(folder, mode, rank))
         recorded = steps(events)
         assert [s["name"] for s in recorded] == [f"ProfilerStep#{i}" for i in (2, 3, 4)]
@@ -145,54 +132,65 @@ def test_every_recorded_step_holds_the_all_reduce(mode, eager, compiled):
         assert any(e["name"] == "gloo:all_reduce" for e in events)
 
 
-def test_rank0_speaks_and_rank1_is_silent(eager):
+@pytest.mark.slow
+def test_rank0_speaks_and_the_others_are_silent(eager):
     _, logs = eager
     out = logs[0][0]
     assert "correctness: relative error vs float32 reference" in out and ": ok" in out
     assert "tp_mlp_fwd" in out and "c10d::allreduce_" in out  # the table
     assert "all as expected" in out
-    assert "skew of the step starts" in out  # the multi-rank reading
-    assert re.search(r"^tp-scaling: ranks=2 forward_us=[\d.]+ allreduce_us=", out, re.M)
-    assert logs[1][0] == ""
+    assert "4 of 4 ranks, gloo" in out and "skew of the step starts" in out  # the reading
+    assert all(logs[r] == ("", "") for r in range(1, RANKS["eager"]))
+    # what tools/tp_scaling.py takes from each run: --bench's line, the traces' reading
+    scaling = tool("tp_scaling")
+    summary = scaling.parse_summary(out)
+    assert summary["ranks"] == 4 and summary["forward_us"] > 0 and summary["allreduce_us"] > 0
+    traced = scaling.traced(out)
+    assert traced["comm_us"] > 0 and traced["exposed_us"] > 0
 
 
+@pytest.mark.slow
 def test_compiled_run_is_as_expected(compiled):
     _, logs = compiled
     out = logs[0][0]
     assert "compile: first call took" in out and "all as expected" in out
     assert "ok        CPU op _c10d_functional::all_reduce_" in out
-    assert logs[1][0] == ""
+    assert logs[1] == ("", "")
 
 
+@pytest.mark.slow
 def test_the_multi_rank_reading_of_cpu_traces(eager):
     folder, _ = eager
+    n = RANKS["eager"]
     runs = ranks.runs_at(folder)
-    (stem,) = runs
-    assert stem.name == TAG.format(mode="eager") and sorted(runs[stem]) == [0, 1]
-    result = ranks.read_run(stem, runs[stem])
-    assert result["world"] == 2 and result["backend"] == "gloo" and result["device"] is None
+    (found,) = runs
+    assert found.name == stem("eager") and sorted(runs[found]) == list(range(n))
+    result = ranks.read_run(found, runs[found])
+    assert result["world"] == n and result["backend"] == "gloo" and result["device"] is None
     assert result["problems"] == [] and result["steps_matched"] == 3
+    assert len(result["per_rank"]) == n
     for row in result["per_rank"]:
         assert row["comm_us"] > 0 and row["compute_us"] > 0
         assert row["exposed_us"] == row["comm_us"]  # on a CPU trace the thread waits in it
         assert row["collectives_per_step"] == [1]
-    assert result["skew_us"]["median"] >= 0 and result["straggler"]["rank"] in (0, 1)
+    assert result["skew_us"]["median"] >= 0 and result["straggler"]["rank"] in range(n)
     coll = result["collective"]
     assert coll["bytes"] == 2 * 4 * 16 * 2 and coll["bus_GBps"] is None  # bf16 [2, 4, 16]
     reading = ranks.text(result)
     assert "skew of the step starts" in reading and "no bandwidth from a CPU trace" in reading
 
 
+@pytest.mark.slow
 def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
     folder, _ = eager
     assert explain.main([str(folder)]) == 0
-    assert "2 of 2 ranks, gloo" in capsys.readouterr().out
+    assert "4 of 4 ranks, gloo" in capsys.readouterr().out
     assert explain.main([str(folder), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["runs"][0]["world"] == 2
-    assert sorted(t["rank"] for t in data["traces"]) == [0, 1]
-    a = folder / TAG.format(mode="eager")
-    b = compiled[0] / TAG.format(mode="compile")
+    assert data["runs"][0]["world"] == 4
+    assert sorted(t["rank"] for t in data["traces"]) == [0, 1, 2, 3]
+    a = folder / stem("eager")
+    b = compiled[0] / stem("compile")
     assert compare.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "exposed communication" in out and "kernel by kernel, rank 0" in out
@@ -203,41 +201,84 @@ def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
     assert "CPU dispatch chain" in capsys.readouterr().out
 
 
-def test_scaling_tool_reads_the_bench_line_and_plans_its_runs(eager, capsys):
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import tp_scaling
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-    summary = tp_scaling.parse_summary(eager[1][0][0])
-    assert summary["ranks"] == 2 and summary["forward_us"] > 0 and summary["allreduce_us"] > 0
-    assert tp_scaling.main(["out", "--dry-run", "--ranks", "1,2"]) == 0
+def test_scaling_tool_plans_any_n_the_shapes_split_over(capsys):
+    scaling = tool("tp_scaling")
+    assert scaling.main(["out", "--dry-run", "--ranks", "1,2"]) == 0
     commands = capsys.readouterr().out.splitlines()
     assert len(commands) == 8  # 2 shapes x 2 modes x 2 rank counts
     assert all("torch.distributed.run --standalone --nproc-per-node" in c for c in commands)
     assert any("--dim 2048 --hidden 9216" in c and "--compile" in c for c in commands)
+    assert scaling.main(["out", "--dry-run", "--ranks", "6,3", "--modes", "eager"]) == 0
+    commands = capsys.readouterr().out.splitlines()
+    assert [c.split("--nproc-per-node ")[1].split()[0] for c in commands] == ["3", "6"] * 2
+    for ranks_flag, refusal in [("5", "does not split over 5"), ("0", "at least 1")]:
+        with pytest.raises(SystemExit) as exit_:
+            scaling.main(["out", "--dry-run", "--ranks", ranks_flag])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and refusal in err and len(err.splitlines()) == 1
 
 
 # --- failures: one line from rank 0, every rank out, nothing left --------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
-    "fault",
-    ["1:export", "1:init"],
-    ids=["rank1-fails-after-rank0-wrote", "rank1-fails-while-rank0-is-in-a-collective"],
+    ("nproc", "fault"),
+    [(2, "1:init"), (4, "2:export")],
+    ids=["rank1-of-2-fails-while-rank0-is-in-a-collective", "rank2-of-4-fails-after-others-wrote"],
 )
-def test_a_failing_rank_stops_every_rank_and_leaves_nothing(fault, tmp_path):
+def test_a_failing_rank_stops_every_rank_and_leaves_nothing(nproc, fault, tmp_path):
     traces = tmp_path / "traces"
-    proc, logs = torchrun_launch(tmp_path, *SMALL, "--traces-dir", str(traces), fault=fault)
+    args = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
+    proc, logs = torchrun_launch(
+        tmp_path, *args, "--traces-dir", str(traces), nproc=nproc, fault=fault
+    )
     assert proc.returncode != 0
-    where = fault.split(":")[1]
+    failing, where = fault.split(":")
     assert logs[0][1].splitlines() == [
-        f"error: rank 1 of 2: InjectedFault: failure staged at '{where}' by {torchrun.FAULT_ENV}"
+        f"error: rank {failing} of {nproc}: InjectedFault: failure staged at '{where}' by "
+        f"{torchrun.FAULT_ENV}"
     ]
+    assert all(logs[r] == ("", "") for r in range(1, nproc))  # rank 0 speaks for every rank
+    codes = exit_codes(proc.stderr)
+    assert sorted(codes) == list(range(nproc)) and all(codes.values()), proc.stderr[-2000:]
+    # torchrun's closing report names the rank that failed first, with its traceback
+    root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?=====", proc.stderr, re.S)
+    assert root and root.group(1) == failing and "InjectedFault" in root.group(0)
+    assert files_under(traces) == []  # no trace, no temporary folder, no empty folder
+
+
+@pytest.mark.slow
+def test_a_hung_rank_holds_the_others_only_until_the_timeout(tmp_path):
+    """Rank 1 stops answering once it has written its trace: rank 0 gives up at --timeout,
+    says so in one line, and torchrun stops rank 1; nothing is published, nothing is left."""
+    traces = tmp_path / "traces"
+    argv = [*SMALL, "--timeout", "5", "--traces-dir", str(traces)]
+    start = time.monotonic()
+    proc, logs = torchrun_launch(tmp_path, *argv, fault="1:export:hang")
+    assert proc.returncode != 0
+    assert re.fullmatch(r"error: a rank did not answer within --timeout: .*\n", logs[0][1])
     assert logs[1] == ("", "")
     codes = exit_codes(proc.stderr)
     assert sorted(codes) == [0, 1] and all(codes.values()), proc.stderr[-2000:]
-    assert files_under(traces) == []  # no trace, no temporary folder, no empty folder
+    assert files_under(traces) == []
+    assert time.monotonic() - start < LAUNCH_TIMEOUT_S / 2  # the timeout, not the test's
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank_with_one_line_and_leaves_nothing(tmp_path):
+    """Ctrl-C in a terminal reaches torchrun, which passes SIGINT on to every rank: here while
+    they profile (a long schedule), once rank 0 has printed its correctness line."""
+    traces = tmp_path / "traces"
+    argv = launch_command(tmp_path, *SMALL, "--active", "2000", "--traces-dir", str(traces))
+    code, report, after = check.interrupted(argv, check.launch_env(), tmp_path / "logs")
+    assert code != 0
+    assert after < 25, report[-2000:]  # every rank stopped by itself: torchrun kills at 30 s
+    logs = check.rank_logs(tmp_path / "logs", 2)
+    # its own interrupt, or rank 1's when a broken collective reached rank 0 first
+    assert re.fullmatch(r"error: (rank 1 of 2: )?interrupted \(Ctrl-C\)\n", logs[0][1])
+    assert logs[1] == ("", "")
+    assert files_under(traces) == []
 
 
 def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
@@ -254,12 +295,14 @@ def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
         sys.stdout = sys.stderr = hidden
 
     monkeypatch.setattr(torchrun, "_quiet", quiet)
-    before = signal.getsignal(signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return torchrun.run_main(load_script("05_tp_mlp").main, list(argv)), hidden.getvalue()
+        code = torchrun.run_main(load_script("05_tp_mlp").main, list(argv))
+        return code, hidden.getvalue()
     finally:
         sys.stdout, sys.stderr = streams
-        signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def test_without_torchrun_it_says_how_to_launch(monkeypatch, tmp_path, capsys):

@@ -1,9 +1,10 @@
 """Does splitting the GeGLU MLP over N GPUs make its forward faster? 05_tp_mlp.py with --bench
-at N = 1, 2 (and 4, 8 where the machine has the GPUs), at the post's shape and at one 8x
-larger, eager and compiled; one table at the end, a CSV and each run's log beside it.
+at N = 1, 2, 4, 8 and every GPU of the machine (as many as it has), at the post's shape and at
+one 8x larger, eager and compiled; one table at the end, a CSV and each run's log beside it.
 
     uv run python tools/tp_scaling.py OUT_DIR                      # every GPU of this machine
-    uv run python tools/tp_scaling.py OUT_DIR --ranks 1,2 --modes eager
+    uv run python tools/tp_scaling.py OUT_DIR --ranks 1,2,3,6 --modes eager
+    uv run python tools/tp_scaling.py OUT_DIR --ranks 4 --shapes tiny --device cpu  # gloo
     PYTHON=python3 python3 tools/tp_scaling.py OUT_DIR             # without uv
     uv run python tools/tp_scaling.py OUT_DIR --dry-run            # the commands only
 
@@ -35,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tracereader import ranks  # noqa: E402  (torch-free)
+from tracereader.commandline import Parser  # noqa: E402
 
 SHAPES = {
     "post": ["--batch", "64", "--seq", "128", "--dim", "768", "--hidden", "3072"],
@@ -43,7 +45,7 @@ SHAPES = {
 }
 MODES = {"eager": [], "compile": ["--compile"]}
 SUMMARY = re.compile(r"^tp-scaling: (.*)$", re.MULTILINE)
-RUN_LINE = re.compile(r"^all ranks, side by side: .*common\.explain (.+)$", re.MULTILINE)
+RUN_LINE = re.compile(r"^all ranks, side by side: (.+)$", re.MULTILINE)  # ends with the stem
 COLUMNS = (
     "shape",
     "mode",
@@ -103,7 +105,9 @@ def gpu_count(python: list[str]) -> int:
         return 0
 
 
-def command(python: list[str], n: int, shape: str, mode: str, traces: Path) -> list[str]:
+def command(
+    python: list[str], n: int, shape: str, mode: str, traces: Path, device: str = "auto"
+) -> list[str]:
     return [
         *python,
         "-m",
@@ -115,6 +119,8 @@ def command(python: list[str], n: int, shape: str, mode: str, traces: Path) -> l
         *SHAPES[shape],
         *MODES[mode],
         "--bench",
+        "--device",
+        device,
         "--traces-dir",
         str(traces),
     ]
@@ -154,14 +160,44 @@ def _cell(value) -> str:
     return str(value)
 
 
+def rank_counts(text: str) -> list[int]:
+    """--ranks: comma-separated numbers of ranks, each at least 1."""
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of N") from None
+    if min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every N must be at least 1")
+    return counts
+
+
+def default_counts(gpus: int) -> list[int]:
+    """1, 2, 4, 8 up to the GPUs and the GPU count itself; on the CPU (gloo), 1 and 2."""
+    top = gpus or 2
+    return sorted({n for n in (1, 2, 4, 8) if n <= top} | {top})
+
+
+def hidden(shape: str) -> int:
+    return int(SHAPES[shape][SHAPES[shape].index("--hidden") + 1])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(prog="tp_scaling.py", description=__doc__)
     parser.add_argument("out", type=Path, help="folder for the table, the CSV, logs and traces")
-    parser.add_argument("--ranks", help="comma-separated N (default: 1, 2, 4, 8 up to the GPUs)")
+    parser.add_argument(
+        "--ranks",
+        type=rank_counts,
+        help="comma-separated N, any N the shapes' hidden splits over (default: 1, 2, 4, 8 "
+        "and the GPU count, up to the GPUs; 1 and 2 on a CPU)",
+    )
     parser.add_argument("--shapes", default="post,8x", help="of: " + ", ".join(SHAPES))
     parser.add_argument("--modes", default="eager,compile", help="of: " + ", ".join(MODES))
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="passed to 05_tp_mlp.py; cpu: gloo ranks on the CPU (default: auto)",
+    )
     parser.add_argument("--run-timeout", type=float, default=240, help="seconds per launch")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
@@ -171,16 +207,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in shapes if s not in SHAPES] + [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown shape or mode: {', '.join(unknown)}")
-    if args.ranks:
-        counts = [int(n) for n in args.ranks.split(",")]
-    else:
-        gpus = 2 if args.dry_run else gpu_count(python)
-        counts = [n for n in (1, 2, 4, 8) if n <= max(gpus, 1)]
+    gpus = 0 if args.device == "cpu" or args.dry_run else gpu_count(python)
+    counts = sorted(set(args.ranks or default_counts(gpus)))  # N=1 first: the speedups' base
+    if gpus and max(counts) > gpus:
+        parser.error(f"--ranks {max(counts)}: this machine has {gpus} GPU(s), one per rank")
+    for shape in shapes:
+        for n in counts:
+            if hidden(shape) % n:
+                parser.error(f"the {shape} shape's hidden {hidden(shape)} does not split over {n}")
     traces = args.out / "traces"
     plan = [(s, m, n) for s in shapes for m in modes for n in counts]
     if args.dry_run:
         for shape, mode, n in plan:
-            print(shlex.join(command(python, n, shape, mode, traces)))
+            print(shlex.join(command(python, n, shape, mode, traces, args.device)))
         return 0
     (args.out / "logs").mkdir(parents=True, exist_ok=True)
     rows, baseline = [], {}
@@ -188,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     for shape, mode, n in plan:
         name = f"{shape}_{mode}_tp{n}"
         code, stdout, seconds = run_one(
-            command(python, n, shape, mode, traces),
+            command(python, n, shape, mode, traces, args.device),
             args.out / "logs" / f"{name}.log",
             args.run_timeout,
         )
