@@ -205,6 +205,9 @@ CONVS = [
     "void cutlass_cudnn_train::Kernel<cutlass_tensorop_s1688wgrad_optimized_tf32_256x64_16x4_nhwc"
     "_align4>(cutlass_tensorop_s1688wgrad_optimized_tf32_256x64_16x4_nhwc_align4::Params)",
     MANGLED_CONV,
+    # cuDNN's workspace set-up before a weight gradient on an H100 (tools/kernel_classes_gpu.py)
+    "void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::"
+    "implicit_gemm::wgrad_indexed::Warp_specialized_params>(int)",
     # ATen's own depthwise convolution
     "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<1, float, int>("
     "at::GenericPackedTensorAccessor<float const, 4ul, at::DefaultPtrTraits, int>)",

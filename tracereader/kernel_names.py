@@ -306,7 +306,7 @@ _SOFTMAX = re.compile(r"softmax", re.IGNORECASE)
 _CONV = re.compile(
     r"[sh]cudnn|_(fprop|dgrad|wgrad)_|(fprop|dgrad|wgrad)\w*(alg|engine|implicit|optimized)"
     r"|conv(?!ert)|winograd|im2col|col2im|vol2col|cudnn::(cnn|detail|ops|winograd)"
-    r"|cask_cudnn|nchwToNhwc|nhwcToNchw|\bfft\dd_[rc]2[cr]_|\bflip_filter\b"
+    r"|cask_cudnn|cask_plugin\w*cudnn|nchwToNhwc|nhwcToNchw|\bfft\dd_[rc]2[cr]_|\bflip_filter\b"
     r"|pointwise_mult_and_sum_complex|miopen|\bigemm_(fwd|bwd|wrw)_",
     re.IGNORECASE,
 )
