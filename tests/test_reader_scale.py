@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import EXTERNAL_TRACES
 from tracereader import explain, findings, intervals, ranks
 from tracereader import load as trace_reader
 from tracereader.analyses import breakdown, collectives
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTERNAL = ROOT.parent / "shared" / "external-traces"
-if not EXTERNAL.is_dir():  # a worktree beside the main checkout
-    EXTERNAL = ROOT.parent.parent / "shared" / "external-traces"
+EXTERNAL = EXTERNAL_TRACES
 FIXTURES = Path(__file__).parent / "fixtures"
 CONTRACT = {"span_us", "gpu_busy_us", "idle_pct", "compute_pct", "non_compute_pct", "comm_us"}
 
@@ -267,3 +266,32 @@ def test_findings_carry_their_time_at_stake_and_small_ones_are_left_out():
     assert timed == sorted(timed, key=lambda f: -f.us)
     assert all(f.pct >= 1 for f in timed) and all(f.pct < 1 for f in hidden)
     assert len({f.topic for f in shown if f.topic == "variation"}) <= 1  # merged by kind
+
+
+# --- our own real traces of real models (tests/fixtures/h100/models, see its README) -------
+
+MODELS = sorted((FIXTURES / "h100" / "models").glob("*.json.gz"))
+
+
+@pytest.mark.parametrize("path", MODELS, ids=[p.name.split(".")[0] for p in MODELS])
+def test_a_real_model_step_fits_one_screen_and_its_busy_time_is_the_union(path, capsys):
+    """transformers' Llama (training, and inference compiled with and without CUDA graphs) and
+    timm's ResNet-50 training, recorded on an H100: one screen each, and the whole trace's GPU
+    busy time is the union of its raw GPU events within 0.5%."""
+    out = explained(path, capsys=capsys)
+    assert len(out.splitlines()) <= 80
+    assert "time by class" in out and "top kernels" in out and "findings:" in out
+    assert explain.main([str(path), "--json"]) == 0
+    (trace,) = json.loads(capsys.readouterr().out)["traces"]
+    raw = raw_gpu_union(path)
+    assert abs(trace["window"]["gpu_busy_us"] - raw) <= 0.005 * raw
+
+
+def test_a_training_step_reads_its_phases_and_the_optimizers_launches(capsys):
+    """The Llama training step: forward, backward (on the autograd thread) and AdamW's
+    optimizer step all named, and the per-kernel listing left behind a flag at this size."""
+    out = explained(FIXTURES / "h100" / "models" / "llama_train_l8_h2048_b4_s1024_bf16.json.gz",
+                    capsys=capsys)  # fmt: skip
+    phases = out[out.index("phases") :].splitlines()[1:4]
+    assert sorted(line.split()[0] for line in phases) == ["backward", "forward", "optimizer"]
+    assert "GPU work, in launch order" not in out and "--kernels" in out
