@@ -63,7 +63,7 @@ def stamp(trace: Path, meta: dict) -> bool:
     records the device but not torch's version, and a compiled run is checked against an eager
     trace only when both came from the same device and torch (common.profiling.look)."""
     opener = gzip.open if trace.name.endswith(".gz") else open
-    keys = "".join(f"{json.dumps(k)}: {json.dumps(v)}, " for k, v in meta.items())
+    keys = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in meta.items())
     stamped = trace.with_name(f".stamped-{trace.name}")
     try:
         with opener(trace, "rt", encoding="utf-8") as src:
@@ -72,7 +72,9 @@ def stamp(trace: Path, meta: dict) -> bool:
                 return False
             with opener(stamped, "wt", encoding="utf-8") as dst:
                 brace = head.index("{")
-                dst.write(head[: brace + 1] + keys + head[brace + 1 :])
+                rest = head[brace + 1 :]
+                empty = rest.lstrip().startswith("}")  # only a stand-in is ever empty
+                dst.write(head[: brace + 1] + keys + ("" if empty else ", ") + rest)
                 shutil.copyfileobj(src, dst, 1 << 20)
     except (OSError, EOFError, UnicodeDecodeError):  # not gzip after all, or not text
         stamped.unlink(missing_ok=True)

@@ -19,7 +19,10 @@ from tracereader.kernel_names import classify, decode_fused_ops, labels
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100 = Path(__file__).parent / "fixtures" / "h100"
 POSTS_MLP = "b64_s128_d768_h3072_bf16"
-FIXTURES = sorted([*H200.rglob("*.json.gz"), *H100.rglob("*.json.gz")])
+# The lessons' traces (a folder per lesson); h100/models/ holds other models' steps.
+FIXTURES = sorted(
+    p for p in [*H200.rglob("*.json.gz"), *H100.rglob("*.json.gz")] if p.parent.name[:2].isdigit()
+)
 
 
 def fixture(script: str, tag: str) -> trace_reader.Trace:

@@ -55,6 +55,7 @@ from pathlib import Path
 from tracereader import caches as jsoncache
 from tracereader.analyses import collectives as coll
 from tracereader.load import GpuItem, Step, Trace, TraceError, load
+from tracereader.render import cell
 
 # A rank's trace, named the ways jobs name them: the lessons' `<stem>_rank<r>.json`, HTA's
 # `rank-0.json.gz`, torchtitan's `rank0_trace.json`, plain `rank0.json.gz`.
@@ -543,10 +544,6 @@ def measured_stamp(what: str) -> str:
 # --- text ----------------------------------------------------------------------------------
 
 
-def _us(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def bytes_text(n: float | None) -> str:
     if n is None:
         return "? bytes"
@@ -574,11 +571,11 @@ def text(result: dict) -> str:
         busy = (row["compute_us"] or 0) + (row["comm_us"] or 0)
         share = f"{(row['comm_us'] or 0) / busy:.0%}" if busy else "-"
         line = (
-            f"  {row['rank']:>4} {_us(row['step_us']):>10} {_us(row['compute_us']):>10} "
-            f"{_us(row['comm_us']):>10} {_us(row['exposed_us']):>10} {share:>11}"
+            f"  {row['rank']:>4} {cell(row['step_us']):>10} {cell(row['compute_us']):>10} "
+            f"{cell(row['comm_us']):>10} {cell(row['exposed_us']):>10} {share:>11}"
         )
         if on_gpu:
-            line += f" {_us(row['wait_us']):>8}"
+            line += f" {cell(row['wait_us']):>8}"
         lines.append(line)
     if on_gpu:
         lines.append(
@@ -588,7 +585,7 @@ def text(result: dict) -> str:
     skew, straggler = result["skew_us"], result["straggler"]
     if len(result["ranks"]) > 1 and skew["median"] is not None:
         line = (
-            f"skew of the step starts: median {_us(skew['median'])} us, max {_us(skew['max'])} us"
+            f"skew of the step starts: median {cell(skew['median'])} us, max {cell(skew['max'])} us"
         )
         if straggler:
             line += (
@@ -617,7 +614,7 @@ def text(result: dict) -> str:
             )
         elif coll["bus_GBps"] is not None:
             line = (
-                f"  transfer (the last rank's kernel) median {_us(coll['transfer_us'])} us -> "
+                f"  transfer (the last rank's kernel) median {cell(coll['transfer_us'])} us -> "
                 f"bus bandwidth (nccl-tests' factor per kind) = {coll['bus_GBps']:.1f} GB/s"
             )
             lines.append(line)
@@ -638,7 +635,7 @@ def text(result: dict) -> str:
             bus = f", bus {k['bus_GBps']:.1f} GB/s" if k["bus_GBps"] else ""
             lines.append(
                 f"  {k['kind']}: {k['count']} in all, median {bytes_text(k['bytes'])}, "
-                f"transfer {_us(k['transfer_us'])} us{bus}"
+                f"transfer {cell(k['transfer_us'])} us{bus}"
             )
     first = result["per_rank"][0]["path"] if result["per_rank"] else None
     if first:
@@ -745,7 +742,7 @@ def compare_text(result: dict) -> str:
         ("skew of step starts (median)", "skew_us"),
     ]
     for label, key in rows:
-        lines.append(f"  {label:<38} {_us(a[key]):>10} {_us(b[key]):>10}")
+        lines.append(f"  {label:<38} {cell(a[key]):>10} {cell(b[key]):>10}")
     lines.append(
         f"  {'collective size':<38} {bytes_text(a['collective_bytes']):>10} "
         f"{bytes_text(b['collective_bytes']):>10}"

@@ -20,6 +20,7 @@ from common.cli import Run
 from common.measuring import ceilings, timing, traffic
 from common.measuring.traffic import Kernel
 from tracereader import load as trace_reader
+from tracereader import render
 from tracereader.kernel_names import CUDA_CORES, TENSOR_CORES, TF32
 
 MATCH = {
@@ -93,9 +94,8 @@ def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] 
 
 
 def us(seconds: float) -> str:
-    """Microseconds, with enough digits for sub-microsecond floors."""
-    us = seconds * 1e6
-    return f"{us:.1f} us" if us >= 1 else f"{us:.3f} us"
+    """A duration given in seconds, in the reader's one format (tracereader.render.duration)."""
+    return render.duration(seconds * 1e6)
 
 
 def flop_count(n: float) -> str:

@@ -16,6 +16,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from common.outputs import publishing
+from tracereader.render import cell
 
 
 class RowWriter:
@@ -54,10 +55,6 @@ def _compile_note(row) -> str:
     return "cache hit" if row.ran_compiled else "-"
 
 
-def _us(value) -> str:
-    return f"{value:.1f}" if value is not None else "-"
-
-
 def _launches(row) -> str:
     if row.launches is None:
         return "-"
@@ -69,7 +66,7 @@ def _geglu(row) -> str:
     kernel: no kernel of its own, its time is in gate/up+GeGLU)."""
     if row.geglu_us is None and row.gpu_us is not None:
         return "in GEMM"
-    return _us(row.geglu_us)
+    return cell(row.geglu_us)
 
 
 def _bound(row) -> str:
@@ -94,7 +91,7 @@ def progress(row) -> str:
         )
         times += (
             f" (GPU {row.gpu_us:.1f} in {row.kernels} kernels from {launches}, "
-            f"host {_us(row.host_us)}), gate/up+GeGLU {_us(row.gate_up_geglu_us)} us, {geglu}"
+            f"host {cell(row.host_us)}), gate/up+GeGLU {cell(row.gate_up_geglu_us)} us, {geglu}"
         )
     return f"{row.variant:<15} {row.batch}x{row.seq} h{row.hidden}: {_compile_note(row)}, {times}"
 
@@ -110,9 +107,9 @@ def table(rows, *, limit: int, device: str, stopped: tuple[int, int] | None = No
         spread = f"{r.p20_us:.1f}-{r.p80_us:.1f}"
         lines.append(
             f"{r.variant:<15} {f'{r.batch}x{r.seq}':>11} {r.hidden:>6} {_compile_note(r):<34} "
-            f"{r.queued_us:9.1f} {spread:>13} {_us(r.gpu_us):>8} {_us(r.host_us):>8} "
+            f"{r.queued_us:9.1f} {spread:>13} {cell(r.gpu_us):>8} {cell(r.host_us):>8} "
             f"{_bound(r):>5} {r.kernels or '-':>7} {_launches(r):>9} "
-            f"{_us(r.gate_up_geglu_us):>16} {_geglu(r):>8}"
+            f"{cell(r.gate_up_geglu_us):>16} {_geglu(r):>8}"
         )
     lines.append(
         "queued: per call with calls issued back to back (what a loop gets); GPU: the "
