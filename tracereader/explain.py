@@ -15,6 +15,7 @@ single malformed events are skipped and reported as a health problem.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -91,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
     )
     args = parser.parse_args(argv)
+    # A command that reads one trace and exits: what it builds lives to the end, so the cyclic
+    # collector would only rescan the trace's objects again and again.
+    gc.disable()
     from tracereader import (
         ranks,  # a folder (or stem) of <stem>_rank<r>.json: the ranks side by side
     )
