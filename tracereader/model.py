@@ -37,7 +37,18 @@ UNNAMED_GPU = "a GPU (name not recorded)"
 class CpuOp:
     """A CPU op (or user annotation) inside a step. `args` is shared between ops: read-only."""
 
-    __slots__ = ("name", "ts", "dur", "depth", "args", "launched", "parent", "index", "below")
+    __slots__ = (
+        "name",
+        "ts",
+        "dur",
+        "depth",
+        "args",
+        "launched",
+        "parent",
+        "index",
+        "below",
+        "inner",
+    )
 
     def __init__(self, name: str, ts: float, dur: float, args=EMPTY):
         self.name = name
@@ -49,6 +60,7 @@ class CpuOp:
         self.parent: CpuOp | None = None  # None = directly under the step
         self.index = -1  # position in its step's cpu_ops (-1: an op of another thread)
         self.below = 0  # kinds of GPU work launched by it or its subtree (KIND_BIT mask)
+        self.inner = 0.0  # the summed durations of the ops nested directly in it
 
     @property
     def end(self) -> float:
@@ -324,7 +336,8 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
                 stack_end.pop()
             op.depth = len(stack)
             if stack:
-                op.parent = stack[-1]
+                op.parent = parent = stack[-1]
+                parent.inner += op.dur
                 stack_end.append(min(op.ts + op.dur, stack_end[-1]))
             else:
                 stack_end.append(op.ts + op.dur)
