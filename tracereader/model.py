@@ -19,6 +19,8 @@ device's name comes from `deviceProperties` when it is there.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
@@ -365,6 +367,21 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
 
 
 # --- questions about a step ----------------------------------------------------------------
+
+
+def per_step(reading):
+    """Remember `reading(step)` for as long as the step lives: the summary and the findings
+    both read every step's breakdown, and the model does not change once built."""
+    memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @functools.wraps(reading)
+    def remembered(step: Step):
+        found = memo.get(step)
+        if found is None:
+            found = memo[step] = reading(step)
+        return found
+
+    return remembered
 
 
 def subtree(step: Step, op: CpuOp) -> list[CpuOp]:
