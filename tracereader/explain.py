@@ -95,12 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A command that reads one trace and exits: what it builds lives to the end, so the cyclic
     # collector would only rescan the trace's objects again and again.
     gc.disable()
-    from tracereader import (
-        ranks,  # a folder (or stem) of <stem>_rank<r>.json: the ranks side by side
-    )
+    if os.path.isdir(args.trace) or not os.path.exists(args.trace):
+        # Maybe a folder (or stem) of rank traces, side by side; a file never is one, so a
+        # single trace does not import what ranks need.
+        from tracereader import ranks
 
-    if ranks.is_run(args.trace):
-        return ranks.explain_main(args)
+        if ranks.is_run(args.trace):
+            return ranks.explain_main(args)
     trace = load_or_exit(args.trace)
     if args.step is not None and args.step >= len(trace.steps):
         print(
