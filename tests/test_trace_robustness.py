@@ -276,6 +276,22 @@ def test_reading_in_tiny_chunks_gives_the_same_trace(monkeypatch):
         assert reading(trace_reader.load(MLP)) == whole
 
 
+@pytest.mark.parametrize("batch", [40, 200, 1 << 14])
+def test_names_that_look_like_event_boundaries_are_read_whole(batch, monkeypatch, tmp_path):
+    # Events are decoded in batches cut at "}, {": a name holding that text must not cut one.
+    data = events_of(MLP)
+    ops = [e for e in data["traceEvents"] if e.get("cat") == "cpu_op"]
+    for n, op in enumerate(ops[::3]):
+        op["name"] = f'aten::odd_{n}}}, {{"ph": "X"}}, {{'
+    path = write(tmp_path, data)
+    monkeypatch.setattr(trace_reader, "_BATCH", batch)
+    trace = trace_reader.load(path)
+    read = sorted((o.name, o.ts) for s in trace.steps for o in s.cpu_ops)
+    assert sum(name.startswith("aten::odd_") for name, _ in read) > 10
+    monkeypatch.setattr(trace_reader, "_BATCH", 0)  # one event at a time: the reference
+    assert read == sorted((o.name, o.ts) for s in trace_reader.load(path).steps for o in s.cpu_ops)
+
+
 # --- large traces: the generator of tools/trace_bench.py ------------------------------------
 
 

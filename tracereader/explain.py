@@ -15,6 +15,7 @@ single malformed events are skipped and reported as a health problem.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -91,12 +92,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
     )
     args = parser.parse_args(argv)
-    from tracereader import (
-        ranks,  # a folder (or stem) of <stem>_rank<r>.json: the ranks side by side
-    )
+    # A command that reads one trace and exits: what it builds lives to the end, so the cyclic
+    # collector would only rescan the trace's objects again and again.
+    gc.disable()
+    if os.path.isdir(args.trace) or not os.path.exists(args.trace):
+        # Maybe a folder (or stem) of rank traces, side by side; a file never is one, so a
+        # single trace does not import what ranks need.
+        from tracereader import ranks
 
-    if ranks.is_run(args.trace):
-        return ranks.explain_main(args)
+        if ranks.is_run(args.trace):
+            return ranks.explain_main(args)
     trace = load_or_exit(args.trace)
     if args.step is not None and args.step >= len(trace.steps):
         print(

@@ -792,22 +792,30 @@ def _opaque_library(trace: Trace) -> list[Finding]:
         return []
     seen: dict[tuple[str, int], list[tuple[float, float, CpuOp, GpuItem]]] = {}
     for step in trace.steps:
-        inside = [0.0] * len(step.cpu_ops)  # children's time, then runtime calls' time
-        busy_below = [False] * len(step.cpu_ops)  # a child launched GPU work
-        for op in step.cpu_ops:
-            if op.parent is not None and op.parent.index >= 0:
-                inside[op.parent.index] += op.dur
-                busy_below[op.parent.index] |= bool(op.below)
+        calls: dict[CpuOp, float] = {}  # children's time, then runtime calls' time
         for call in step.runtime:
-            if call.launcher is not None and call.launcher.index >= 0:
-                inside[call.launcher.index] += call.dur
+            op = call.launcher
+            if op is not None and op.index >= 0:
+                calls[op] = calls.get(op, op.inner) + call.dur
         order: dict[str, int] = {}
-        for op in step.cpu_ops:
+        ops = step.cpu_ops
+        for op in ops:
             nth = order[op.name] = order.get(op.name, -1) + 1
-            kernels = [i for i in op.launched if i.kind == "kernel"]
-            if len(kernels) != 1 or kernels[0].klass.cls == "gemm" or busy_below[op.index]:
+            if not op.launched:
                 continue
-            own = op.dur - inside[op.index]
+            kernels = [i for i in op.launched if i.kind == "kernel"]
+            if len(kernels) != 1 or kernels[0].klass.cls == "gemm":
+                continue
+            depth, below = op.depth, False  # a child launched GPU work: not opaque
+            for child in ops[op.index + 1 :]:
+                if child.depth <= depth:
+                    break
+                if child.depth == depth + 1 and child.below:
+                    below = True
+                    break
+            if below:
+                continue
+            own = op.dur - calls.get(op, op.inner)
             share = own / step.dur if step.dur > 0 else 0.0
             seen.setdefault((op.name, nth), []).append((own, share, op, kernels[0]))
     best = None

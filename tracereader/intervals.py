@@ -11,12 +11,18 @@ Interval = tuple[float, float]
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """The union of [start, end) intervals, as sorted disjoint intervals."""
     merged: list[Interval] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
+    ordered = sorted(intervals)
+    if not ordered:
+        return merged
+    start, end = ordered[0]
+    for s, e in ordered:
+        if s <= end:
+            if e > end:
+                end = e
         else:
             merged.append((start, end))
+            start, end = s, e
+    merged.append((start, end))
     return merged
 
 
@@ -41,4 +47,4 @@ def overlap(a: list[Interval], b: list[Interval]) -> float:
 
 def of(items) -> list[Interval]:
     """The union of GPU items' (or any ts/dur objects') intervals."""
-    return union((i.ts, i.ts + i.dur) for i in items)
+    return union([(i.ts, i.ts + i.dur) for i in items])

@@ -7,9 +7,9 @@ MTIA's (`mtia_runtime`, `mtia_ccp_events`); an object with `traceEvents` or a ba
 events. Other categories (flow arrows, stream-sync virtual events, memory instants) are not
 read at all.
 
-Cost: linear in the file apart from a few sorts. The text is read in chunks and decoded one
-event at a time (`json.JSONDecoder.raw_decode`, C speed per event); only the events this reader
-uses are kept, in compact objects with interned names and args, so a 200 MB trace never
+Cost: linear in the file apart from a few sorts. The text is read in chunks and decoded a few
+kilobytes of whole events at a time (`json.JSONDecoder.raw_decode`, C speed); only the events
+this reader uses are kept, in compact objects with interned names and args, so a 200 MB trace never
 becomes the ~2 GB of dicts that `json.loads` would build.
 
 Malformed input, the policy:
@@ -27,6 +27,7 @@ Malformed input, the policy:
 from __future__ import annotations
 
 import codecs
+import gc
 import gzip
 import json
 import os
@@ -69,6 +70,12 @@ GPU_CATEGORIES = {
 }
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "mtia_runtime"})
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "Operator"})
+_GROUP = {
+    **dict.fromkeys(CPU_CATEGORIES, 0),
+    **dict.fromkeys(RUNTIME_CATEGORIES, 1),
+    **dict.fromkeys(GPU_CATEGORIES, 2),
+}
+_ID_TYPES = frozenset({int, str, type(None)})
 # Top-level keys kept in Trace.meta: small, and what multi-rank work will need.
 META_KEYS = frozenset(
     {
@@ -113,6 +120,18 @@ class TraceError(Exception):
 def load(path: str | Path) -> Trace:
     path = Path(path)
     events = _Events()
+    # Every object made here lives as long as the trace: the cyclic collector would only
+    # rescan them, over and over as they accumulate (a third of the time on large traces).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(path, events)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load(path: Path, events: _Events) -> Trace:
     meta = _parse(path, events)
     return build(
         path,
@@ -131,6 +150,8 @@ def load(path: str | Path) -> Trace:
 _WS = re.compile(r"[ \t\n\r]*")
 _CHUNK = 1 << 22  # bytes read at a time: the text in memory stays around this size
 _decode = json.JSONDecoder().raw_decode
+_BATCH = 1 << 14  # characters of events decoded at once (larger scatters the model in memory)
+_BETWEEN = re.compile(r"[ \t\n\r]*,[ \t\n\r]*\{")  # what separates two events
 
 
 class _Text:
@@ -145,6 +166,7 @@ class _Text:
         self.pos = 0
         self.base = 0  # characters dropped from the front of buf, for error positions
         self.eof = False
+        self.skip_to = 0  # batch: decode one event at a time below this position
 
     def more(self) -> bool:
         if self.eof:
@@ -158,6 +180,7 @@ class _Text:
         self.eof = not raw
         text = self.decoder.decode(raw, final=self.eof)
         self.base += self.pos
+        self.skip_to -= self.pos
         self.buf = self.buf[self.pos :] + text
         self.pos = 0
         return True
@@ -192,6 +215,38 @@ class _Text:
                 self.pos = end
                 return value
             self.more()
+
+    def batch(self) -> list | None:
+        """The whole events from pos up to the last event boundary within _BATCH characters,
+        decoded by one C call (per-event decoding costs Python calls per event); None when no
+        boundary is found or the text there does not parse as a batch (a "}, {" inside a
+        string), and then `value` takes over up to that point. A cut that parses is exact:
+        the decoder's state after a prefix of the event list is the same as in the whole."""
+        if self.pos < self.skip_to:
+            return None
+        if len(self.buf) - self.pos < _BATCH and self.more():
+            self.peek()
+        buf, pos = self.buf, self.pos
+        limit = min(len(buf), pos + _BATCH)
+        cut = buf.rfind("}", pos, limit)
+        for _ in range(64):  # the last '}' followed by ',' and '{' (minified or indented)
+            if cut < 0:
+                return None
+            if _BETWEEN.match(buf, cut + 1):
+                break
+            cut = buf.rfind("}", pos, cut)
+        else:
+            return None
+        text = f"[{buf[pos : cut + 1]}]"
+        try:
+            events, end = _decode(text)
+        except (json.JSONDecodeError, RecursionError):
+            events, end = None, 0
+        if end != len(text):
+            self.skip_to = cut + 1  # per event past the bad cut, then try again
+            return None
+        self.pos = cut + 1
+        return events
 
     def expect(self, chars: str) -> str:
         found = self.peek()
@@ -276,7 +331,12 @@ def _event_list(text: _Text, events: _Events) -> None:
         text.pos += 1
         return
     while True:
-        take(text.value())
+        batch = text.batch()
+        if batch:
+            for event in batch:
+                take(event)
+        else:
+            take(text.value())
         if text.expect(",]") == "]":
             return
 
@@ -321,6 +381,7 @@ class _Events:
         self._args: dict[tuple, MappingProxyType] = {}
         self._shapes: dict[tuple, tuple] = {}
         self._classes: dict[str, KernelClass] = {}
+        self._by_text: dict[tuple[str, str], MappingProxyType] = {}
 
     def name(self, raw: str) -> str:
         name = self._names.get(raw)
@@ -333,6 +394,7 @@ class _Events:
         return name
 
     def take(self, event) -> None:
+        # Called once per event of the file: the common case is kept to few Python calls.
         self.seen += 1
         if type(event) is not dict:
             self.skipped["not an object"] += 1
@@ -340,52 +402,60 @@ class _Events:
         if event.get("ph") != "X":
             return
         cat = event.get("cat")
-        if type(cat) is not str:
-            return
-        if cat in CPU_CATEGORIES:
-            group = 0
-        elif cat in RUNTIME_CATEGORIES:
-            group = 1
-        elif cat in GPU_CATEGORIES:
-            group = 2
-        else:
+        group = _GROUP.get(cat) if type(cat) is str else None
+        if group is None:
             return
         name = event.get("name")
         if type(name) is not str:
             self.skipped["no name" if name is None else "a name that is not a string"] += 1
             return
-        ts, dur = _number(event.get("ts")), _number(event.get("dur"))
-        if ts is None:
-            self.skipped["no finite numeric ts"] += 1
-            return
-        if dur is None or not 0 <= dur < MAX_DUR:
-            self.skipped["no finite, non-negative numeric dur"] += 1
-            return
+        ts = event.get("ts")
+        if type(ts) is not float or not -MAX_ABS_TS < ts < MAX_ABS_TS:
+            ts = _number(ts)
+            if ts is None:
+                self.skipped["no finite numeric ts"] += 1
+                return
+        dur = event.get("dur")
+        if type(dur) is not float or not 0 <= dur < MAX_DUR:
+            dur = _number(dur)
+            if dur is None or not 0 <= dur < MAX_DUR:
+                self.skipped["no finite, non-negative numeric dur"] += 1
+                return
         args = event.get("args")
         if args is None:
             args = {}
         elif type(args) is not dict:
             self.skipped["args that are not an object"] += 1
             return
-        name = self.name(name)
+        found = self._names.get(name)
+        name = self.name(name) if found is None else found
         if group == 2:
             self._gpu(name, GPU_CATEGORIES[cat], ts, dur, args)
             return
         pid, tid = event.get("pid"), event.get("tid")
-        if type(pid) not in (int, str, type(None)) or type(tid) not in (int, str, type(None)):
+        if type(pid) not in _ID_TYPES or type(tid) not in _ID_TYPES:
             self.skipped["a pid or tid that is not a number or string"] += 1
             return
         thread = (pid, tid)
         if group == 1:
             call = RuntimeCall(name, ts, dur)
-            self.calls.setdefault(thread, []).append(call)
+            calls = self.calls.get(thread)
+            if calls is None:
+                calls = self.calls[thread] = []
+            calls.append(call)
             corr = args.get("correlation")
             if type(corr) is int:  # only a real id links: no None, bool or string keys
                 self.by_correlation[corr] = call
         elif name.startswith("ProfilerStep#"):  # user_annotation; cpu_op in older torch
             self.steps.append((ts, dur, name, thread))
         else:
-            self.ops.setdefault(thread, []).append(CpuOp(name, ts, dur, self._cpu_args(args)))
+            ops = self.ops.get(thread)
+            if ops is None:
+                ops = self.ops[thread] = []
+            if "Input Dims" in args or "Input type" in args or "Collective name" in args:
+                ops.append(CpuOp(name, ts, dur, self._cpu_args(args)))
+            else:
+                ops.append(CpuOp(name, ts, dur))
 
     def _cpu_args(self, args: dict):
         dims, types = args.get("Input Dims"), args.get("Input type")
@@ -393,6 +463,15 @@ class _Events:
             return self._collective_args(args, dims, types)
         if dims is None and types is None:
             return EMPTY
+        # The same shapes repeat every step: their text (repr tells 1 from 1.0 and True,
+        # which the checks below treat differently) finds the kept args without the checks.
+        text = (str(dims), str(types))
+        found = self._by_text.get(text)
+        if found is None:
+            found = self._by_text[text] = self._checked_args(dims, types)
+        return found
+
+    def _checked_args(self, dims, types):
         dims = self._dims(dims)
         types = tuple(types) if type(types) is list and all(type(t) is str for t in types) else None
         key = (dims, types)

@@ -19,6 +19,8 @@ device's name comes from `deviceProperties` when it is there.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,7 +39,18 @@ UNNAMED_GPU = "a GPU (name not recorded)"
 class CpuOp:
     """A CPU op (or user annotation) inside a step. `args` is shared between ops: read-only."""
 
-    __slots__ = ("name", "ts", "dur", "depth", "args", "launched", "parent", "index", "below")
+    __slots__ = (
+        "name",
+        "ts",
+        "dur",
+        "depth",
+        "args",
+        "launched",
+        "parent",
+        "index",
+        "below",
+        "inner",
+    )
 
     def __init__(self, name: str, ts: float, dur: float, args=EMPTY):
         self.name = name
@@ -49,6 +62,7 @@ class CpuOp:
         self.parent: CpuOp | None = None  # None = directly under the step
         self.index = -1  # position in its step's cpu_ops (-1: an op of another thread)
         self.below = 0  # kinds of GPU work launched by it or its subtree (KIND_BIT mask)
+        self.inner = 0.0  # the summed durations of the ops nested directly in it
 
     @property
     def end(self) -> float:
@@ -324,7 +338,8 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
                 stack_end.pop()
             op.depth = len(stack)
             if stack:
-                op.parent = stack[-1]
+                op.parent = parent = stack[-1]
+                parent.inner += op.dur
                 stack_end.append(min(op.ts + op.dur, stack_end[-1]))
             else:
                 stack_end.append(op.ts + op.dur)
@@ -352,6 +367,21 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
 
 
 # --- questions about a step ----------------------------------------------------------------
+
+
+def per_step(reading):
+    """Remember `reading(step)` for as long as the step lives: the summary and the findings
+    both read every step's breakdown, and the model does not change once built."""
+    memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @functools.wraps(reading)
+    def remembered(step: Step):
+        found = memo.get(step)
+        if found is None:
+            found = memo[step] = reading(step)
+        return found
+
+    return remembered
 
 
 def subtree(step: Step, op: CpuOp) -> list[CpuOp]:

@@ -20,7 +20,7 @@ Window (HTA's temporal breakdown, over every GPU event of the trace, steps or no
 from __future__ import annotations
 
 from tracereader import intervals, kernel_names
-from tracereader.model import GpuItem, Step, Trace
+from tracereader.model import GpuItem, Step, Trace, per_step
 
 
 # Kernel classes (kernel_names.CLASSES) in the groups the summary reports.
@@ -36,6 +36,7 @@ def busy(items) -> float:
     return intervals.length(intervals.of(items))
 
 
+@per_step
 def step(s: Step) -> dict:
     """One step's wall time, GPU busy time and time by class group (microseconds)."""
     by_group: dict[str, list[GpuItem]] = {}

@@ -15,11 +15,12 @@ the step is host wait.
 
 from __future__ import annotations
 
-from tracereader.model import Step
+from tracereader.model import Step, per_step
 
 KERNEL_WAIT_US = 0.03  # HTA's default consecutive_kernel_delay: 30 ns
 
 
+@per_step
 def split(step: Step) -> dict:
     host = kernel = other = 0.0
     free_from = step.ts  # the GPU is free (for this step's work) from here

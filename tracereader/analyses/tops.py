@@ -67,15 +67,14 @@ def ops_by_gpu(trace: Trace, n: int) -> list[dict]:
 
 def ops_by_self(trace: Trace, n: int) -> list[dict]:
     """CPU ops by self time: their time minus that of the ops nested directly in them."""
-    rows: dict[str, dict] = {}
+    self_us: dict[str, float] = {}
+    count: dict[str, int] = {}
     for step in trace.steps:
-        ops = (*step.cpu_ops, *step.other_ops)
-        inner: dict[int, float] = {}
-        for op in ops:
-            if op.parent is not None:
-                inner[id(op.parent)] = inner.get(id(op.parent), 0.0) + op.dur
-        for op in ops:
-            row = rows.setdefault(op.name, {"name": op.name, "self_us": 0.0, "count": 0})
-            row["self_us"] += max(op.dur - inner.get(id(op), 0.0), 0.0)
-            row["count"] += 1
-    return sorted(rows.values(), key=lambda r: -r["self_us"])[:n]
+        for ops in (step.cpu_ops, step.other_ops):
+            for op in ops:
+                name = op.name
+                own = op.dur - op.inner
+                self_us[name] = self_us.get(name, 0.0) + (own if own > 0.0 else 0.0)
+                count[name] = count.get(name, 0) + 1
+    rows = [{"name": k, "self_us": v, "count": count[k]} for k, v in self_us.items()]
+    return sorted(rows, key=lambda r: -r["self_us"])[:n]
