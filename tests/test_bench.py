@@ -337,6 +337,7 @@ def read_rows(folder: Path) -> list[dict]:
     return list(csv.DictReader(path.open()))
 
 
+@pytest.mark.slow
 def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     rc = run_script(
         "03_shape_sweep",
@@ -369,6 +370,7 @@ def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_sweep_flags_rows_that_fell_back_to_eager_at_the_recompile_limit(tmp_path, capsys):
     rc = run_script(
         "03_shape_sweep",
@@ -449,6 +451,7 @@ def test_sweep_gpu_only_variants_are_refused_on_a_cpu(variants, message, tmp_pat
     assert not any(tmp_path.rglob("*"))  # not even the folder
 
 
+@pytest.mark.slow
 def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys):
     argv = ["--shapes", "2x4", "--dim", "8", "--hidden", "16", "--hidden-change", "0"]
     assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 0

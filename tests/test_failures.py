@@ -144,6 +144,7 @@ def test_ctrl_c_is_one_line_exit_130_and_nothing_written(tmp_path, monkeypatch, 
     assert files_under(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_sigint_to_a_real_process(tmp_path):
     proc = subprocess.Popen(
         [
@@ -181,6 +182,7 @@ def test_memory_estimate_refuses_what_does_not_fit(monkeypatch, capsys, tmp_path
     assert run_script("02_linear", *argv, "--traces-dir", str(tmp_path)) == 0
 
 
+@pytest.mark.slow
 def test_memory_estimate_covers_what_the_run_really_allocates(tmp_path):
     """Peak RSS growth of a real run stays under the lesson's estimate (which once missed
     6x: the check's float64 copies and the outputs warm-up keeps)."""
@@ -263,6 +265,7 @@ def test_printed_hints_work_from_another_folder(tmp_path, capsys, monkeypatch):
     assert "CPU dispatch chain" in proc.stdout
 
 
+@pytest.mark.slow
 def test_an_eager_lesson_does_not_load_inductor(tmp_path):
     """torch's profiler probes `hasattr(torch, "_inductor")` on its first step, which imported
     Inductor and Dynamo (5 s of an 11 s run on an H100) in lessons that never compile."""
@@ -319,6 +322,7 @@ def test_the_peak_memory_printed_counts_the_profiled_steps_only(
     assert events == ["check", "reset", "profile"] * (len(events) // 3)
 
 
+@pytest.mark.slow
 def test_importing_the_plumbing_changes_nothing_in_torch():
     """A reader who copies a lesson's visible loop must get what the lesson got: importing
     common sets no Inductor variable and patches no profiler method; the calls that need those

@@ -49,6 +49,7 @@ def interpreted(tmp_path_factory):
     return json.loads(line.removeprefix("JSON ")), traces, proc.stdout
 
 
+@pytest.mark.slow
 def test_kernels_match_the_float32_reference_on_odd_shapes_in_every_dtype(interpreted):
     report, _, _ = interpreted
     cases = report["kernels"]
@@ -62,6 +63,7 @@ def test_kernels_match_the_float32_reference_on_odd_shapes_in_every_dtype(interp
     assert fp32 and all(c["error"] < 1e-5 for c in fp32)  # IEEE float32 dot, not tf32
 
 
+@pytest.mark.slow
 def test_module_under_torch_compile_has_no_graph_break(interpreted):
     report, _, _ = interpreted
     for case in report["modules"]:
@@ -91,6 +93,7 @@ def test_tracers_see_the_custom_op_not_the_launch():
     assert "profiling_pytorch.fused_gate_up_geglu.default" in targets, targets
 
 
+@pytest.mark.slow
 def test_lesson_runs_end_to_end_under_the_interpreter(interpreted):
     report, traces, stdout = interpreted
     assert [run["rc"] for run in report["lesson_runs"]] == [0, 0]
@@ -266,6 +269,7 @@ def test_tuner_candidates_are_distinct_and_print_as_pasteable_code():
         assert eval(tuner.as_code(shipped), {"Config": tuner.Config}) == shipped
 
 
+@pytest.mark.slow
 def test_tuner_on_a_cpu_says_it_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
