@@ -157,6 +157,8 @@ def test_sigint_to_a_real_process(tmp_path):
             str(tmp_path),
         ],
         cwd=ROOT,
+        # unbuffered: a piped stdout holds the line below until exit, and the signal came late
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
