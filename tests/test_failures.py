@@ -150,7 +150,8 @@ def test_sigint_to_a_real_process(tmp_path):
         [
             sys.executable,
             "02_linear.py",
-            *LINEAR,
+            # steps of a few ms: 10000 of them outlast a loaded machine's late signal
+            *["--batch", "256", "--in_dim", "256", "--out_dim", "256"],
             "--active",
             "10000",
             "--traces-dir",
@@ -166,7 +167,7 @@ def test_sigint_to_a_real_process(tmp_path):
     for line in proc.stdout:  # wait until the profiled loop has started
         if line.startswith("correctness:"):
             break
-    time.sleep(1.0)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
