@@ -158,8 +158,11 @@ def test_sigint_to_a_real_process(tmp_path):
             str(tmp_path),
         ],
         cwd=ROOT,
-        # unbuffered: a piped stdout holds the line below until exit, and the signal came late
+        # unbuffered: a piped stdout would hold the line below until exit
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # Ctrl-C's default action, also where the test run ignores SIGINT (started in the
+        # background without job control): Python installs its handler only over the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
