@@ -57,6 +57,7 @@ def test_unwritable_traces_folder_is_refused_before_any_work(tmp_path, capsys):
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_liger_script_on_a_cpu_says_so_and_writes_nothing(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -72,6 +73,7 @@ def test_liger_script_on_a_cpu_says_so_and_writes_nothing(tmp_path):
     assert not list(tmp_path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_real_process_exit_code_and_single_stderr_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "02_linear.py", "--batch", "-1"], cwd=ROOT, capture_output=True, text=True

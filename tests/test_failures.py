@@ -144,18 +144,25 @@ def test_ctrl_c_is_one_line_exit_130_and_nothing_written(tmp_path, monkeypatch, 
     assert files_under(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_sigint_to_a_real_process(tmp_path):
     proc = subprocess.Popen(
         [
             sys.executable,
             "02_linear.py",
-            *LINEAR,
+            # steps of a few ms: 10000 of them outlast a loaded machine's late signal
+            *["--batch", "256", "--in_dim", "256", "--out_dim", "256"],
             "--active",
             "10000",
             "--traces-dir",
             str(tmp_path),
         ],
         cwd=ROOT,
+        # unbuffered: a piped stdout would hold the line below until exit
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # Ctrl-C's default action, also where the test run ignores SIGINT (started in the
+        # background without job control): Python installs its handler only over the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -163,7 +170,7 @@ def test_sigint_to_a_real_process(tmp_path):
     for line in proc.stdout:  # wait until the profiled loop has started
         if line.startswith("correctness:"):
             break
-    time.sleep(1.0)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
@@ -181,6 +188,7 @@ def test_memory_estimate_refuses_what_does_not_fit(monkeypatch, capsys, tmp_path
     assert run_script("02_linear", *argv, "--traces-dir", str(tmp_path)) == 0
 
 
+@pytest.mark.slow
 def test_memory_estimate_covers_what_the_run_really_allocates(tmp_path):
     """Peak RSS growth of a real run stays under the lesson's estimate (which once missed
     6x: the check's float64 copies and the outputs warm-up keeps)."""
@@ -263,6 +271,7 @@ def test_printed_hints_work_from_another_folder(tmp_path, capsys, monkeypatch):
     assert "CPU dispatch chain" in proc.stdout
 
 
+@pytest.mark.slow
 def test_an_eager_lesson_does_not_load_inductor(tmp_path):
     """torch's profiler probes `hasattr(torch, "_inductor")` on its first step, which imported
     Inductor and Dynamo (5 s of an 11 s run on an H100) in lessons that never compile."""
@@ -319,6 +328,7 @@ def test_the_peak_memory_printed_counts_the_profiled_steps_only(
     assert events == ["check", "reset", "profile"] * (len(events) // 3)
 
 
+@pytest.mark.slow
 def test_importing_the_plumbing_changes_nothing_in_torch():
     """A reader who copies a lesson's visible loop must get what the lesson got: importing
     common sets no Inductor variable and patches no profiler method; the calls that need those

@@ -129,6 +129,7 @@ needs_hta = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_hta
 def test_hta_with_exact_times_agrees_with_the_raw_union(tmp_path):
     """Our restatement of HTA's definitions is HTA's: with its rounding switched off, HTA's
@@ -146,6 +147,7 @@ def test_hta_with_exact_times_agrees_with_the_raw_union(tmp_path):
             assert hta[key] == pytest.approx(raw[key], abs=0.01)
 
 
+@pytest.mark.slow
 @needs_hta
 def test_htas_rounding_refuses_a_trace_with_submicrosecond_kernels(tmp_path):
     """HTA rounds starts up and ends down to whole microseconds: a 0.768 us memset gets a

@@ -401,6 +401,7 @@ def test_rocm_trace_has_gemms_and_no_triton():
     assert "triton" not in {k.cls for k in classes.values()}
 
 
+@pytest.mark.slow
 @needs_traces
 def test_no_library_kernel_of_the_external_traces_is_left_other():
     """What stays "other" is other projects' own kernels (FBGEMM, DeepSeek's, apex): no
@@ -444,6 +445,7 @@ def test_every_class_lands_in_one_summary_group():
 # --- Inductor names, without torch -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_inductor_names_decode_without_importing_torch():
     code = (
         "import sys\n"
@@ -459,6 +461,7 @@ def test_inductor_names_decode_without_importing_torch():
     assert out.strip() == f"{ops} False"
 
 
+@pytest.mark.slow
 def test_op_names_are_the_installed_torchs():
     """tracereader/op_names.py is torch's list as tools/op_names.py writes it (in a fresh
     interpreter: imports register higher-order ops); rerun the tool when torch adds ops."""

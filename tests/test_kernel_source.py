@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers import run_kernel_loader
+
+pytestmark = pytest.mark.slow  # each test loads the kernels library in a fresh interpreter
 
 REPO = "kernels-community/liger-kernels"
 

@@ -44,6 +44,7 @@ def load(env_extra, tmp_path, variant="fa2"):
     return run_kernel_loader("load_flash", variant, env_extra=env_extra, tmp_path=tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["fa2", "fa3"])
 def test_local_kernels_override_wins(variant, tmp_path):
     repo_id, _ = REPOS[variant]
@@ -53,6 +54,7 @@ def test_local_kernels_override_wins(variant, tmp_path):
     assert lines["SOURCE"] == f"{repo_id} from the LOCAL_KERNELS override ({repo})"
 
 
+@pytest.mark.slow
 def test_offline_mode_reads_a_warm_hub_cache_at_the_pinned_version(tmp_path):
     commit = "0123456789abcdef0123456789abcdef01234567"
     cached = tmp_path / "hub" / "kernels--kernels-community--flash-attn2"
@@ -67,6 +69,7 @@ def test_offline_mode_reads_a_warm_hub_cache_at_the_pinned_version(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_cold_cache_says_how_to_get_the_kernel_in_one_line(tmp_path):
     lines = load({}, tmp_path)
     refused = lines["REFUSED"]

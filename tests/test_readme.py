@@ -68,6 +68,7 @@ def test_the_readme_lists_the_commands_it_should():
     ), skipped
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c in readme_commands() if to_argv(c)])
 def test_readme_command_runs_as_shown(command, tmp_path_factory):
     # One scratch folder for all commands, in README order, so a command can read what an

@@ -21,6 +21,7 @@ def run(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_full_size_on_a_cpu_is_refused_in_one_line(tmp_path):
     proc = run("--device", "cpu", "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
@@ -28,6 +29,7 @@ def test_full_size_on_a_cpu_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_an_unknown_recording_is_refused_in_one_line(tmp_path):
     proc = run("--tiny", "--device", "cpu", "--only", "gpt", "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
@@ -35,6 +37,7 @@ def test_an_unknown_recording_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_tiny_training_steps_are_recorded_with_their_provenance(tmp_path):
     pytest.importorskip("transformers")
     pytest.importorskip("timm")

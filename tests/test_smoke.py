@@ -56,6 +56,7 @@ def test_a_cpu_smoke_run_reports_each_run_and_writes_its_logs(tmp_path):
     assert "--compile" in (tmp_path / "02_02_linear.log").read_text().splitlines()[0]
 
 
+@pytest.mark.slow
 def test_unknown_lessons_are_refused_in_one_line():
     proc = subprocess.run(
         [sys.executable, "tools/smoke.py", "--device", "cpu", "--only", "02_lineer"],
