@@ -33,15 +33,17 @@ On a CPU the same phases and dispatch chains appear, without kernels.
 
 import copy
 import sys
+import tempfile
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.profiler import profile, record_function, schedule
 
-from common import cli, outputs, profiling, training
+from common import cli, memory, outputs, profiling, training
 from common.measuring import timing, traffic
 from models import GeGLUMLP
 from tracereader import expectations
@@ -196,6 +198,28 @@ def traffic_model(args, elt: int) -> list[traffic.Kernel]:
     return forward * 3
 
 
+def memory_model(args, model: nn.Module) -> dict[str, int]:
+    """What the arithmetic says a step holds at most, per category. Gradients as large as the
+    parameters, AdamW's state twice them (exp_avg, exp_avg_sq). Activations, what backward
+    keeps: per layer the residual stream twice, the two norms' outputs, q, k, v, the attention
+    output and its [tokens, dim] copy, g, u, gelu(g) and their product [tokens, hidden], the
+    norms' and attention's per-token statistics in fp32; then the last residual, the final
+    norm's output and log_softmax's [tokens, vocab], with the logits it was computed from
+    alive beside it at the forward's end. Autocast keeps the residual stream and the
+    loss in fp32 and what the GEMMs take and give in bf16."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    t, d, h, v = args.batch * args.seq, args.dim, args.hidden, args.vocab
+    hi, lo = {"fp32": (4, 4), "bf16": (2, 2), "autocast": (4, 2)}[args.precision]
+    per_layer = 2 * t * d * hi + 7 * t * d * lo + 4 * t * h * lo + (2 + args.heads) * t * 4
+    last = t * d * (hi + lo) + t * v * (hi + lo) + t * 4
+    return {
+        "parameters": params,
+        "gradients": params,
+        "optimizer state": 2 * params,
+        "activations": args.layers * per_layer + last,
+    }
+
+
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
     for flag, default, meaning in (
@@ -214,6 +238,10 @@ def parse(argv):
     parser.add_argument("--precision", choices=list(PRECISIONS), default="autocast",
                         help="autocast: bf16 autocast over fp32 weights; bf16: weights and "
                         "everything bf16; fp32 (default: autocast)")  # fmt: skip
+    parser.add_argument("--memory", action="store_true",
+                        help="profile one more step with its memory events: a PNG of memory by "
+                        "category over the step, the peak per phase, the categories against the "
+                        "arithmetic; on a GPU also the allocator's history (.pickle)")  # fmt: skip
     parser.set_defaults(dtype=None)  # --precision says it
     args = parser.parse_args(argv)
     if args.dtype is not None:
@@ -302,6 +330,13 @@ def main(argv=None) -> int:
         print(f"{phase}: {training.phase_line(steps)}")
         print(expectations.render(verdict, expect))
         as_expected &= verdict.ok
+    if args.memory:  # one more step, apart: recording stacks slows the profiled ones
+        with tempfile.TemporaryDirectory() as tmp:
+            snapshot = Path(tmp) / "snapshot.pickle" if run.on_gpu else None
+            used = memory.record(step, run, PHASES, snapshot)
+            png = out.table.with_name(f"{out.table.stem}_memory.png")
+            memory.write(used, png, snapshot, f"{SCRIPT} {out.table.stem}")
+        as_expected &= memory.report(used, memory_model(args, model))
     if args.bench:
         measured = timing.time_fn(step, on_gpu=run.on_gpu)
         flops, _ = traffic.total(traffic_model(args, cli.element_size(run)))

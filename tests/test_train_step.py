@@ -88,3 +88,17 @@ def test_bad_input_is_one_line_exit_2_nothing_written(argv, message, tmp_path, c
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def test_memory_by_category_agrees_with_the_arithmetic_and_draws_the_step(tmp_path, capsys):
+    assert run_step(tmp_path, "--precision", "fp32", "--memory") == 0
+    printed = capsys.readouterr().out
+    for category in ("parameters", "gradients", "optimizer state", "activations"):
+        (line,) = [ln for ln in printed.splitlines() if ln.strip().startswith(category)]
+        assert "(ok:" in line, line
+    for phase in ("forward", "backward", "optimizer"):
+        assert f"peak during {phase}" in printed
+    (png,) = (tmp_path / "06_train_step").glob("*_memory.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the allocator's history is CUDA's: no snapshot from a CPU run
+    assert not list(tmp_path.rglob("*.pickle"))
