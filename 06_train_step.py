@@ -324,12 +324,17 @@ def main(argv=None) -> int:
     )
     as_expected = seen.as_expected
     # Then look per phase: each recorded step cut at its annotations, held to its guess.
-    for phase, steps in training.phase_steps(seen.trace, PHASES).items():
+    phases = training.phase_steps(seen.trace, PHASES)
+    for phase, steps in phases.items():
         expect = EXPECT[phase](variant)
         verdict = expectations.check(training.phase_trace(seen.trace, steps), expect)
         print(f"{phase}: {training.phase_line(steps)}")
         print(expectations.render(verdict, expect))
         as_expected &= verdict.ok
+    if seen.trace.device is not None:  # set_to_none: the gradients are dropped, not zeroed
+        zeroing = training.launched_under(phases["optimizer"], "Optimizer.zero_grad#")
+        print(f"zero_grad(set_to_none=True) launched {zeroing} GPU operations (expected 0)")
+        as_expected &= zeroing == 0
     if args.memory:  # one more step, apart: recording stacks slows the profiled ones
         with tempfile.TemporaryDirectory() as tmp:
             snapshot = Path(tmp) / "snapshot.pickle" if run.on_gpu else None
@@ -341,7 +346,7 @@ def main(argv=None) -> int:
         measured = timing.time_fn(step, on_gpu=run.on_gpu)
         flops, _ = traffic.total(traffic_model(args, cli.element_size(run)))
         print(f"bench (profiler detached): one step {measured.us()}, "
-              f"{flops / measured.median_s / 1e12:.2f} TFLOP/s in its GEMMs")  # fmt: skip
+              f"{flops / measured.median_s / 1e9:.1f} GFLOP/s in its GEMMs")  # fmt: skip
     return profiling.finish(args, out, as_expected)
 
 

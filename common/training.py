@@ -140,3 +140,16 @@ def phase_line(steps: list[Step]) -> str:
         return f"CPU {duration(cpu)} per step (no GPU work recorded)"
     classes = ", ".join(f"{n} {c}" for c, n in last.most_common())
     return f"CPU {duration(cpu)}, GPU busy {duration(busy)} per step; GPU work: {classes}"
+
+
+def launched_under(steps: list[Step], prefix: str) -> int:
+    """GPU work launched, per step at most, from inside an op whose name starts with prefix."""
+
+    def under(op: CpuOp | None) -> bool:
+        while op is not None:
+            if op.name.startswith(prefix):
+                return True
+            op = op.parent
+        return False
+
+    return max((sum(under(item.launcher) for item in s.gpu) for s in steps), default=0)
