@@ -26,7 +26,15 @@ Guess first. Per recorded step, on a GPU, with L layers (5 GEMMs each) and the h
              kernels, and the backward comes from AOTAutograd (CompiledFunctionBackward).
 On a CPU the same phases and dispatch chains appear, without kernels.
 
+Correct before fast: one step from the same weights is checked against a float32 step (the
+loss, and how far each weight moved in units of lr). --memory profiles one more step with its
+memory events: memory by category over the step as a PNG with the phases marked, the peak per
+phase, and the categories against the arithmetic (gradients = parameters, AdamW's state = 2 x
+parameters, the activations backward keeps); on a GPU also the allocator's history, a .pickle
+for https://pytorch.org/memory_viz.
+
     uv run 06_train_step.py --batch 2 --seq 16 --dim 64 --hidden 128 --heads 2 --layers 2
+    uv run 06_train_step.py --precision fp32 --optimizer forloop --memory
     uv run 06_train_step.py --batch 8 --seq 1024 --dim 1024 --hidden 4096 --heads 16 \\
         --layers 4 --vocab 32768 --optimizer fused --precision autocast      (a GPU shape)
 """
