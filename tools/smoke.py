@@ -33,12 +33,29 @@ SHAPES = {
         "02": ["--batch", "1024", "--in_dim", "32", "--out_dim", "64"],
         "03": ["--batch", "4", "--seq", "128", "--dim", "256", "--hidden", "512"],
         "04": ["--batch", "1", "--heads", "4", "--seq", "256", "--head_dim", "64"],
+        "06": ["--batch", "2", "--seq", "128", "--dim", "256", "--hidden", "512", "--heads", "4"],
     },
     "posts": {
         "01": ["--size", "64"],
         "02": ["--batch", "1024", "--in_dim", "32", "--out_dim", "64"],
         "03": ["--batch", "64", "--seq", "128", "--dim", "768", "--hidden", "3072"],
         "04": ["--batch", "8", "--heads", "16", "--seq", "1024", "--head_dim", "64"],
+        "06": [
+            "--batch",
+            "8",
+            "--seq",
+            "1024",
+            "--dim",
+            "1024",
+            "--hidden",
+            "4096",
+            "--heads",
+            "16",
+            "--layers",
+            "4",
+            "--vocab",
+            "32768",
+        ],  # fmt: skip
     },
 }
 GPU_ONLY = {"03_kernels_mlp", "03_fused_mlp", "04_d_kernels_attention"}
@@ -73,6 +90,7 @@ def runs(shapes: str, on_gpu: bool) -> list[Run]:
             Run("04_a_naive_attention", (*s["04"], *mode)),
             Run("04_b_inplace_ops_attention", (*s["04"], *mode)),
             Run("05_tp_mlp", (*s["03"], *mode), torchrun=True),
+            Run("06_train_step", (*s["06"], *mode)),
         ]
     plan += [
         Run("04_c_sdpa_attention", (*s["04"], "--backend", "all")),

@@ -1,0 +1,155 @@
+"""What 06_train_step needs beside its loop: one step checked against a float32 reference
+step, and the recorded steps cut into the phases the lesson annotates.
+
+The phases are the lesson's own record_function ranges (forward, backward, optimizer) on the
+thread that runs the loop. The backward's work on a GPU is launched from the autograd engine's
+thread, so an op of another thread belongs to the phase whose range holds its start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from common.check import MismatchError
+from tracereader import intervals
+from tracereader.model import CpuOp, Step, Trace
+from tracereader.render import duration
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    loss: float  # the largest |loss - loss_ref| / |loss_ref| that passes
+    off: float  # the largest share of weights stepped off by over lr / 2 (+ one dtype spacing)
+    why: str
+
+
+# AdamW's first step moves every weight by about lr * sign(grad) whatever the gradient's size
+# (m / sqrt(v) = g / |g|), so a gradient rounded across zero flips its weight's step: the count
+# of weights off by more than half a step, not a distance, is what tells rounding from a bug
+# (no step, a wrong sign or lr moves every weight).
+STEP_BUDGETS = {
+    "fp32": StepBudget(
+        1e-5, 1e-4, "fp32: sums reorder; only a gradient within rounding of 0 flips its step"
+    ),  # fmt: skip
+    "autocast": StepBudget(
+        2e-2, 2e-2, "bf16 GEMMs keep 8 bits: small gradients can round across 0"
+    ),  # fmt: skip
+    "bf16": StepBudget(
+        3e-2,
+        5e-2,
+        "bf16 also stores the weights: a step lands on a bf16 value, one spacing is allowed",
+    ),  # fmt: skip
+}
+
+
+def against_reference_step(
+    loss: float,
+    ref_loss: float,
+    before: dict[str, torch.Tensor],
+    after: dict[str, torch.Tensor],
+    ref_after: dict[str, torch.Tensor],
+    *,
+    lr: float,
+    precision: str,
+) -> float:
+    """Print and check one step: the loss, and each weight's step in units of lr, against the
+    float32 reference step from the same weights; raise MismatchError past the budget. Returns
+    the share of weights off by more than half a step."""
+    budget = STEP_BUDGETS[precision]
+    loss_err = abs(loss - ref_loss) / max(abs(ref_loss), 1e-30)
+    off = total = 0
+    for name, start in before.items():
+        step = (after[name].double() - start.double()) / lr
+        ref = ref_after[name].double()
+        # a bf16 weight lands only on bf16 values: one spacing (eps * |w|) on top of lr / 2
+        allowed = 0.5 + torch.finfo(after[name].dtype).eps * ref.abs() / lr
+        bad = ~torch.isfinite(step) | ((step - (ref - start.double()) / lr).abs() > allowed)
+        off += int(bad.sum())
+        total += step.numel()
+    share = off / max(total, 1)
+    ok = loss_err <= budget.loss and share <= budget.off and math.isfinite(loss)
+    print(
+        f"correctness: loss {loss:.5f} vs float32 reference {ref_loss:.5f} (relative error "
+        f"{loss_err:.1e}, budget {budget.loss:.0e}); weights off by more than lr/2 after one "
+        f"step: {off} of {total} ({share:.2%}, budget {budget.off:.2%}): "
+        f"{'ok' if ok else 'MISMATCH'}\n  ({precision}: {budget.why})"
+    )
+    if not math.isfinite(loss) or loss_err > budget.loss:
+        raise MismatchError(f"loss {loss:.5g} where the reference step has {ref_loss:.5g}")
+    if share > budget.off:
+        raise MismatchError(f"{share:.2%} of the weights stepped unlike the reference step")
+    return share
+
+
+def _holder(op: CpuOp, phases: tuple[str, ...], spans: list[tuple[str, float, float]]):
+    """The phase an op belongs to: its annotation among its ancestors, else, for an op of
+    another thread (the autograd engine's), the annotation whose range holds its start."""
+    node = op
+    while node.parent is not None and node.name not in phases:
+        node = node.parent
+    if node.name in phases:
+        return node.name
+    if node.index >= 0:
+        return None  # the loop's thread, outside every phase
+    return next((name for name, start, end in spans if start <= node.ts <= end), None)
+
+
+def phase_steps(trace: Trace, phases: tuple[str, ...]) -> dict[str, list[Step]]:
+    """Each recorded step cut into its phases: per phase, one Step holding that phase's CPU
+    ops (both threads) and the GPU work they launched, so the reader's checks apply to it."""
+    cut: dict[str, list[Step]] = {p: [] for p in phases}
+    for step in trace.steps:
+        spans = [(op.name, op.ts, op.end) for op in step.cpu_ops if op.name in phases]
+        ops: dict[str, list[CpuOp]] = {p: [] for p in phases}
+        for op in (*step.cpu_ops, *step.other_ops):
+            phase = _holder(op, phases, spans)
+            if phase is not None:
+                ops[phase].append(op)
+        gpu: dict[str, list] = {p: [] for p in phases}
+        for item in step.gpu:
+            phase = _holder(item.launcher, phases, spans) if item.launcher else None
+            if phase is not None:
+                gpu[phase].append(item)
+        for name, start, end in spans:
+            cut[name].append(
+                Step(f"{step.name} {name}", start, end - start, ops[name], [], gpu[name])
+            )
+    return cut
+
+
+def phase_trace(trace: Trace, steps: list[Step]) -> Trace:
+    return dataclasses.replace(trace, steps=steps)
+
+
+def phase_line(steps: list[Step]) -> str:
+    """A phase's median over the recorded steps: its CPU time (the annotation's span), the GPU
+    time of the work it launched (union over streams), and its GPU work by kernel class."""
+    if not steps:
+        return "not seen in the recorded steps"
+    cpu = sorted(s.dur for s in steps)[len(steps) // 2]
+    busy = sorted(intervals.length(intervals.union([(i.ts, i.end) for i in s.gpu])) for s in steps)[
+        len(steps) // 2
+    ]
+    last = Counter(i.klass.cls for i in steps[-1].gpu)
+    if not any(s.gpu for s in steps):
+        return f"CPU {duration(cpu)} per step (no GPU work recorded)"
+    classes = ", ".join(f"{n} {c}" for c, n in last.most_common())
+    return f"CPU {duration(cpu)}, GPU busy {duration(busy)} per step; GPU work: {classes}"
+
+
+def launched_under(steps: list[Step], prefix: str) -> int:
+    """GPU work launched, per step at most, from inside an op whose name starts with prefix."""
+
+    def under(op: CpuOp | None) -> bool:
+        while op is not None:
+            if op.name.startswith(prefix):
+                return True
+            op = op.parent
+        return False
+
+    return max((sum(under(item.launcher) for item in s.gpu) for s in steps), default=0)

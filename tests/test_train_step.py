@@ -1,0 +1,104 @@
+"""06_train_step on the CPU: one step checked against the float32 reference step, the trace
+cut into the forward, backward and optimizer phases, bad input refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from common import check, training
+from tests.helpers import run_script
+from tracereader import load as trace_reader
+
+TINY = ["--batch", "1", "--seq", "8", "--dim", "16", "--hidden", "32", "--heads", "2"]
+TINY += ["--layers", "1", "--vocab", "32", "--wait", "0", "--warmup-steps", "0", "--active", "1"]
+
+
+def trace_of(folder):
+    (path,) = (folder / "06_train_step").glob("*.json")
+    return trace_reader.load(path)
+
+
+def run_step(folder, *argv):
+    return run_script("06_train_step", *TINY, "--strict", "--traces-dir", str(folder), *argv)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "precision"),
+    [
+        ("foreach", "autocast"),
+        pytest.param("forloop", "fp32", marks=pytest.mark.slow),
+        pytest.param("fused", "bf16", marks=pytest.mark.slow),
+        pytest.param("forloop", "autocast", marks=pytest.mark.slow),
+        pytest.param("fused", "fp32", marks=pytest.mark.slow),
+        pytest.param("foreach", "bf16", marks=pytest.mark.slow),
+    ],
+)
+def test_one_step_matches_the_reference_and_each_phase_its_guess(
+    optimizer, precision, tmp_path, capsys
+):
+    assert run_step(tmp_path, "--optimizer", optimizer, "--precision", precision) == 0
+    printed = capsys.readouterr().out
+    assert "correctness: loss" in printed and ": ok" in printed
+    phases = training.phase_steps(trace_of(tmp_path), ("forward", "backward", "optimizer"))
+    names = {phase: {op.name for op in steps[0].cpu_ops} for phase, steps in phases.items()}
+    # each phase holds its own work and none of the others'
+    assert "aten::cross_entropy_loss" in names["forward"]
+    assert any(n.startswith("autograd::engine::evaluate_function") for n in names["backward"])
+    assert "Optimizer.step#AdamW.step" in names["optimizer"]
+    assert not any(n.startswith("autograd::engine") for n in names["forward"] | names["optimizer"])
+    assert not any(n.startswith("Optimizer.") for n in names["forward"] | names["backward"])
+    kernel = {"forloop": "aten::lerp_", "foreach": "aten::_foreach_lerp_"}
+    assert kernel.get(optimizer, "aten::_fused_adamw_") in names["optimizer"]
+
+
+@pytest.mark.slow
+def test_compiled_step_matches_the_reference(tmp_path, capsys):
+    assert run_step(tmp_path, "--compile", "--optimizer", "fused") == 0
+    phases = training.phase_steps(trace_of(tmp_path), ("forward", "backward", "optimizer"))
+    assert "CompiledFunctionBackward" in {op.name for op in phases["backward"][0].cpu_ops}
+
+
+def test_a_step_that_does_not_update_is_a_mismatch():
+    torch.manual_seed(0)
+    before = {"w": torch.randn(64, 64)}
+    ref_after = {"w": before["w"] - 1e-3 * torch.sign(torch.randn(64, 64))}
+    with pytest.raises(check.MismatchError, match="stepped unlike the reference"):
+        training.against_reference_step(
+            2.0, 2.0, before, dict(before), ref_after, lr=1e-3, precision="bf16"
+        )
+    with pytest.raises(check.MismatchError, match="loss"):
+        training.against_reference_step(
+            2.5, 2.0, before, ref_after, ref_after, lr=1e-3, precision="autocast"
+        )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dim", "30", "--heads", "4"], "--heads 4 does not divide --dim 30"),
+        (["--optimizer", "sgd"], "invalid choice: 'sgd'"),
+        (["--precision", "fp8"], "invalid choice: 'fp8'"),
+        (["--dtype", "fp32"], "takes --precision"),
+        (["--batch", "100000", "--seq", "100000"], "choose smaller sizes"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(argv, message, tmp_path, capsys):
+    assert run_script("06_train_step", *argv, "--traces-dir", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def test_memory_by_category_agrees_with_the_arithmetic_and_draws_the_step(tmp_path, capsys):
+    assert run_step(tmp_path, "--precision", "fp32", "--memory") == 0
+    printed = capsys.readouterr().out
+    for category in ("parameters", "gradients", "optimizer state", "activations"):
+        (line,) = [ln for ln in printed.splitlines() if ln.strip().startswith(category)]
+        assert "(ok:" in line, line
+    for phase in ("forward", "backward", "optimizer"):
+        assert f"peak during {phase}" in printed
+    (png,) = (tmp_path / "06_train_step").glob("*_memory.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the allocator's history is CUDA's: no snapshot from a CPU run
+    assert not list(tmp_path.rglob("*.pickle"))
