@@ -25,6 +25,7 @@ rank 0 reports that line. The failing rank's traceback (bad input aside) goes wh
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import os
 import shlex
@@ -328,6 +329,10 @@ def run_main(
     if dist.is_initialized():
         with suppress(Exception):  # the run is over; its outcome is what the exit code says
             dist.destroy_process_group()
+        # Python's own exit handlers, then out: past them, the interpreter's teardown can
+        # destroy a gloo thread still joinable and abort a rank that succeeded (seen under load)
+        atexit._run_exitfuncs()
+        _exit(code)
     return code
 
 
