@@ -9,7 +9,10 @@ Per step (a ProfilerStep, or the recorded window):
   by class  per class group, the union of that group's intervals (groups may overlap each
             other on several streams, so they can add up to more than gpu busy)
 
-Window (HTA's temporal breakdown, over every GPU event of the trace, steps or not):
+Window (HTA's temporal breakdown), in two scopes: `window` over every GPU event of the trace,
+steps or not; `steps_window` over the work the recorded steps launched (by correlation id, as
+HTA filters a trace with steps), so a trace with GPU work outside its steps (warm-up before
+the schedule, work launched after the last step) compares like with like against HTA:
   span         first GPU event's start to the last one's end
   compute      union of the kernels that are not communication
   non-compute  union of communication kernels, memcpys and memsets, minus compute
@@ -57,7 +60,20 @@ def step(s: Step) -> dict:
 
 def window(trace: Trace) -> dict:
     """HTA's temporal breakdown and comm/compute overlap, over the whole trace."""
-    items = trace.gpu_all
+    return temporal(trace.gpu_all)
+
+
+def steps_window(trace: Trace) -> dict | None:
+    """The same over the GPU work the recorded steps launched; None without ProfilerStep (the
+    recording is the unit and HTA filters nothing)."""
+    if trace.unit != "step":
+        return None
+    return temporal([item for s in trace.steps for item in s.gpu])
+
+
+def temporal(items: list[GpuItem]) -> dict:
+    """HTA's temporal breakdown and comm/compute overlap of some GPU work (microseconds, % of
+    its span)."""
     if not items:
         return {
             "span_us": 0.0,
