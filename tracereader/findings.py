@@ -358,8 +358,8 @@ def _cold_start(trace: Trace) -> Finding | None:
     wall = statistics.median(s.dur for s in rest)
     if first.dur <= 1.5 * wall:
         return None
-    busy = breakdown.busy(first.gpu)
-    busy_rest = statistics.median(breakdown.busy(s.gpu) for s in rest)
+    busy = breakdown.step(first)["gpu_busy_us"]
+    busy_rest = statistics.median(breakdown.step(s)["gpu_busy_us"] for s in rest)
     later = {c.name for s in rest for c in s.runtime}
     start_up = sorted(
         {c.name for c in first.runtime if START_UP_CALLS.match(c.name) and c.name not in later}
@@ -840,7 +840,5 @@ def _opaque_library(trace: Trace) -> list[Finding]:
 
 
 def step_summary(step: Step) -> str:
-    return (
-        f"{step.name}: CPU {step.dur:.0f} us, GPU busy {breakdown.busy(step.gpu):.1f} us "
-        f"({len(step.gpu)} GPU items)"
-    )
+    busy = breakdown.step(step)["gpu_busy_us"]
+    return f"{step.name}: CPU {step.dur:.0f} us, GPU busy {busy:.1f} us ({len(step.gpu)} GPU items)"

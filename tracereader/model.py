@@ -370,8 +370,9 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
 
 
 def per_step(reading):
-    """Remember `reading(step)` for as long as the step lives: the summary and the findings
-    both read every step's breakdown, and the model does not change once built."""
+    """Remember `reading(step)` (or `reading(trace)`) for as long as the step lives: the
+    summary and the findings both read every step's breakdown, and the model does not change
+    once built."""
     memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @functools.wraps(reading)
@@ -382,6 +383,17 @@ def per_step(reading):
         return found
 
     return remembered
+
+
+@per_step
+def in_start_order(step: Step) -> list[GpuItem]:
+    """The step's GPU work by start time (step.gpu is in launch order): the unions and the
+    idle split walk it in this order."""
+    return sorted(step.gpu, key=_start)
+
+
+def _start(item: GpuItem) -> float:
+    return item.ts
 
 
 def subtree(step: Step, op: CpuOp) -> list[CpuOp]:

@@ -23,7 +23,9 @@ the schedule, work launched after the last step) compares like with like against
 from __future__ import annotations
 
 from tracereader import intervals, kernel_names
-from tracereader.model import GpuItem, Step, Trace, per_step
+from tracereader.model import GpuItem, Step, Trace, in_start_order, per_step
+
+ALL, COMPUTE = object(), object()  # the step's two unions beside the class groups'
 
 
 # Kernel classes (kernel_names.CLASSES) in the groups the summary reports.
@@ -41,39 +43,65 @@ def busy(items) -> float:
 
 @per_step
 def step(s: Step) -> dict:
-    """One step's wall time, GPU busy time and time by class group (microseconds)."""
-    by_group: dict[str, list[GpuItem]] = {}
-    for item in s.gpu:
-        by_group.setdefault(group(item), []).append(item)
-    merged = intervals.of(s.gpu)
+    """One step's wall time, GPU busy time, time by class group and the compute kernels' time
+    (microseconds): one pass over the step's work in start order, each union kept as a running
+    interval and its length, no list of intervals."""
+    runs: dict[str, list[float]] = {}  # union -> [current start, current end, closed length]
+    kernels = 0
+    order = in_start_order(s)
+    for item in order:
+        start, end = item.ts, item.ts + item.dur
+        keys = [ALL, group(item)]
+        if item.kind == "kernel":
+            kernels += 1
+            if not is_comm(item):
+                keys.append(COMPUTE)
+        for key in keys:
+            run = runs.get(key)
+            if run is None:
+                runs[key] = [start, end, 0.0]
+            elif start <= run[1]:
+                if end > run[1]:
+                    run[1] = end
+            else:
+                run[2] += run[1] - run[0]
+                run[0], run[1] = start, end
+    lengths = {key: run[2] + run[1] - run[0] for key, run in runs.items()}
     return {
         "name": s.name,
         "wall_us": s.dur,
-        "gpu_busy_us": intervals.length(merged),
+        "gpu_busy_us": lengths.pop(ALL, 0.0),
         "gpu_sum_us": s.gpu_time,
-        "gpu_start": merged[0][0] if merged else None,
-        "gpu_end": merged[-1][1] if merged else None,
-        "by_class_us": {g: busy(items) for g, items in by_group.items()},
-        "kernels": sum(i.kind == "kernel" for i in s.gpu),
+        "gpu_start": order[0].ts if order else None,
+        "gpu_end": max(i.ts + i.dur for i in s.gpu) if s.gpu else None,
+        "compute_us": lengths.pop(COMPUTE, 0.0),
+        "by_class_us": lengths,
+        "kernels": kernels,
     }
 
 
+@per_step
 def window(trace: Trace) -> dict:
     """HTA's temporal breakdown and comm/compute overlap, over the whole trace."""
     return temporal(trace.gpu_all)
 
 
+@per_step
 def steps_window(trace: Trace) -> dict | None:
     """The same over the GPU work the recorded steps launched; None without ProfilerStep (the
     recording is the unit and HTA filters nothing)."""
     if trace.unit != "step":
         return None
-    return temporal([item for s in trace.steps for item in s.gpu])
+    if trace.gpu_items == len(trace.gpu_all):
+        return window(trace)  # the steps launched all of it
+    # gpu_all is in start order, and a step's work is what a runtime call inside it launched
+    return temporal([i for i in trace.gpu_all if i.call is not None and i.call.step is not None])
 
 
 def temporal(items: list[GpuItem]) -> dict:
-    """HTA's temporal breakdown and comm/compute overlap of some GPU work (microseconds, % of
-    its span)."""
+    """HTA's temporal breakdown and comm/compute overlap of some GPU work in start order
+    (microseconds, % of its span). Non-compute is busy minus compute: the union of everything
+    is the union of compute and the rest."""
     if not items:
         return {
             "span_us": 0.0,
@@ -84,15 +112,16 @@ def temporal(items: list[GpuItem]) -> dict:
             "comm_us": 0.0,
             "comm_overlap_pct": None,
         }
-    everything = intervals.of(items)
-    span = everything[-1][1] - everything[0][0]
-    compute = intervals.of(i for i in items if i.kind == "kernel" and not is_comm(i))
-    comm = intervals.of(i for i in items if is_comm(i))
-    rest = intervals.of(i for i in items if i.kind != "kernel" or is_comm(i))
-    busy_us = intervals.length(everything)
-    compute_us = intervals.length(compute)
-    non_compute = intervals.length(rest) - intervals.overlap(rest, compute)
-    comm_us = intervals.length(comm)
+    span = max(i.ts + i.dur for i in items) - items[0].ts
+    compute_items = [i for i in items if i.kind == "kernel" and not is_comm(i)]
+    comm_items = [i for i in items if is_comm(i)]
+    busy_us = intervals.length_in_order(items)
+    compute_us = intervals.length_in_order(compute_items)
+    non_compute = busy_us - compute_us
+    comm_us = intervals.length_in_order(comm_items)
+    overlap = (
+        intervals.overlap(intervals.of(comm_items), intervals.of(compute_items)) if comm_us else 0.0
+    )
 
     def pct(x: float) -> float | None:
         return 100 * x / span if span > 0 else None
@@ -104,5 +133,5 @@ def temporal(items: list[GpuItem]) -> dict:
         "compute_pct": pct(compute_us),
         "non_compute_pct": pct(non_compute),
         "comm_us": comm_us,
-        "comm_overlap_pct": 100 * intervals.overlap(comm, compute) / comm_us if comm_us else None,
+        "comm_overlap_pct": 100 * overlap / comm_us if comm_us else None,
     }
