@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from typing import TextIO
+from io import TextIOBase  # not typing.TextIO: typing is start-up time of its own
 
 from tracereader import findings, footprint
 from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
@@ -453,7 +453,7 @@ def document(traces: list[dict], **extra) -> dict:
     return {"schema_version": SCHEMA_VERSION, "traces": traces, **extra}
 
 
-def dump_json(data, out: TextIO) -> None:
+def dump_json(data, out: TextIOBase) -> None:
     """Strict JSON (NaN and Infinity are not JSON: refuse rather than write them)."""
     json.dump(data, out, indent=2, allow_nan=False)
     out.write("\n")
@@ -462,7 +462,7 @@ def dump_json(data, out: TextIO) -> None:
 _MARK = "\x00steps\x00"
 
 
-def write_json(trace: Trace, out: TextIO) -> None:
+def write_json(trace: Trace, out: TextIOBase) -> None:
     """document([trace_dict(trace)]) as `dump_json` writes it, one step at a time: the dicts
     of a trace of a million events would take more memory than the trace itself."""
     head = trace_dict(trace, with_steps=False)
