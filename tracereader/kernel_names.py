@@ -60,7 +60,7 @@ GROUPS = (
     "memset",
     "other",
 )
-_GROUP_OF = {
+GROUP_OF = {
     "gemm": "GEMM",
     "attention": "attention",
     "conv": "conv",
@@ -77,7 +77,7 @@ _GROUP_OF = {
 
 def group(cls: str) -> str:
     """The summary group (one of GROUPS) of a class (one of CLASSES)."""
-    return _GROUP_OF[cls]
+    return GROUP_OF[cls]
 
 
 TENSOR_CORES = "bf16/fp16 Tensor cores"

@@ -22,10 +22,10 @@ the schedule, work launched after the last step) compares like with like against
 
 from __future__ import annotations
 
+import math
+
 from tracereader import intervals, kernel_names
 from tracereader.model import GpuItem, Step, Trace, in_start_order, per_step
-
-ALL, COMPUTE = object(), object()  # the step's two unions beside the class groups'
 
 
 # Kernel classes (kernel_names.CLASSES) in the groups the summary reports.
@@ -46,36 +46,56 @@ def step(s: Step) -> dict:
     """One step's wall time, GPU busy time, time by class group and the compute kernels' time
     (microseconds): one pass over the step's work in start order, each union kept as a running
     interval and its length, no list of intervals."""
-    runs: dict[str, list[float]] = {}  # union -> [current start, current end, closed length]
+    groups: dict[str, list[float]] = {}  # group -> [current start, current end, closed length]
+    group_of = kernel_names.GROUP_OF
+    busy_us = compute_us = summed = 0.0  # the two step-wide unions' closed parts; the sum
+    b_start = b_end = c_start = c_end = -math.inf  # their current (open) intervals
     kernels = 0
     order = in_start_order(s)
     for item in order:
-        start, end = item.ts, item.ts + item.dur
-        keys = [ALL, group(item)]
+        start = item.ts
+        end = start + item.dur
+        summed += item.dur
+        if start <= b_end:
+            if end > b_end:
+                b_end = end
+        else:
+            if b_end > -math.inf:
+                busy_us += b_end - b_start
+            b_start, b_end = start, end
+        cls = item.klass.cls
         if item.kind == "kernel":
             kernels += 1
-            if not is_comm(item):
-                keys.append(COMPUTE)
-        for key in keys:
-            run = runs.get(key)
-            if run is None:
-                runs[key] = [start, end, 0.0]
-            elif start <= run[1]:
-                if end > run[1]:
-                    run[1] = end
-            else:
-                run[2] += run[1] - run[0]
-                run[0], run[1] = start, end
-    lengths = {key: run[2] + run[1] - run[0] for key, run in runs.items()}
+            if cls != "collective":
+                if start <= c_end:
+                    if end > c_end:
+                        c_end = end
+                else:
+                    if c_end > -math.inf:
+                        compute_us += c_end - c_start
+                    c_start, c_end = start, end
+        run = groups.get(group_of[cls])
+        if run is None:
+            groups[group_of[cls]] = [start, end, 0.0]
+        elif start <= run[1]:
+            if end > run[1]:
+                run[1] = end
+        else:
+            run[2] += run[1] - run[0]
+            run[0], run[1] = start, end
+    if b_end > -math.inf:
+        busy_us += b_end - b_start
+    if c_end > -math.inf:
+        compute_us += c_end - c_start
     return {
         "name": s.name,
         "wall_us": s.dur,
-        "gpu_busy_us": lengths.pop(ALL, 0.0),
-        "gpu_sum_us": s.gpu_time,
+        "gpu_busy_us": busy_us,
+        "gpu_sum_us": summed,
         "gpu_start": order[0].ts if order else None,
-        "gpu_end": max(i.ts + i.dur for i in s.gpu) if s.gpu else None,
-        "compute_us": lengths.pop(COMPUTE, 0.0),
-        "by_class_us": lengths,
+        "gpu_end": b_end if order else None,  # the running union's end: the last end
+        "compute_us": compute_us,
+        "by_class_us": {g: run[2] + run[1] - run[0] for g, run in groups.items()},
         "kernels": kernels,
     }
 
