@@ -17,7 +17,10 @@ Per trace (per rank) three sources side by side:
           python tools/_hta_side.py): get_temporal_breakdown, get_comm_comp_overlap,
           get_idle_time_breakdown, with the last ProfilerStep included (HTA drops it by
           default; --hta-default-steps keeps HTA's default).
-  reader  `python -m tracereader.explain PATH --json` (schema_version 2) of this checkout.
+  reader  `python -m tracereader.explain PATH --json` (schema_version 2) of this checkout: its
+          `window` (the whole trace) and, where it reads steps, its `steps_window` (the work
+          the steps launched), each against the raw union in the same scope; the steps'
+          scope is the one set against HTA, which filters a trace with steps the same way.
 
 Targets, marked per row: the reader's GPU busy within 0.5% of the raw union; its idle / compute /
 non-compute within 1 point and its comm/compute overlap within 2 points of HTA's. HTA's own
@@ -302,16 +305,21 @@ def rows(job: Job) -> list[dict]:
         if reader is None and len(reader_traces) == 1 == len(job.raw):
             reader = reader_traces[0]
         unit = reader.get("unit") if reader else None
-        scope = "steps" if unit == "step" and raw["steps"] else "all"
+        # Like with like: the steps' scope on both sides where the reader reads steps (its
+        # `steps_window`), the whole trace where it does not.
+        steps_window = reader.get("steps_window") if reader else None
+        scope = "steps" if unit == "step" and raw["steps"] and steps_window else "all"
         row = {
             "file": raw["file"],
             "rank": raw["rank"],
             "gpu_events": raw["gpu_events"],
             "raw": raw[scope],
             "raw_scope": scope,
+            "raw_all": raw["all"],
             "raw_hta_scope": raw["hta"],
             "hta": hta,
-            "reader": reader["window"] if reader else None,
+            "reader": (steps_window if scope == "steps" else reader["window"]) if reader else None,
+            "reader_all": reader["window"] if reader else None,
             "reader_unit": unit,
         }
         row["verdicts"] = verdicts(row)
@@ -330,6 +338,10 @@ def verdicts(row: dict) -> dict:
     if reader and raw and raw["gpu_busy_us"]:
         rel = abs(reader["gpu_busy_us"] - raw["gpu_busy_us"]) / raw["gpu_busy_us"]
         out["reader_busy_vs_raw"] = (rel, rel <= TARGET_BUSY_REL)
+    whole, raw_all = row["reader_all"], row["raw_all"]
+    if row["raw_scope"] != "all" and whole and raw_all and raw_all["gpu_busy_us"]:
+        rel = abs(whole["gpu_busy_us"] - raw_all["gpu_busy_us"]) / raw_all["gpu_busy_us"]
+        out["reader_all_busy_vs_raw"] = (rel, rel <= TARGET_BUSY_REL)
     hraw = row["raw_hta_scope"]
     if hta and hta.get("busy_us") is not None and hraw and hraw["gpu_busy_us"]:
         rel = abs(hta["busy_us"] - hraw["gpu_busy_us"]) / hraw["gpu_busy_us"]
@@ -365,6 +377,7 @@ def _line(label: str, r: dict | None, busy_key: str) -> str:
 
 NAMES = {
     "reader_busy_vs_raw": ("reader busy vs raw", "rel", TARGET_BUSY_REL),
+    "reader_all_busy_vs_raw": ("reader busy vs raw, whole trace", "rel", TARGET_BUSY_REL),
     "hta_busy_vs_raw": ("HTA busy vs raw", "rel", TARGET_BUSY_REL),
     "breakdown_vs_hta": ("reader breakdown vs HTA", "pt", TARGET_BREAKDOWN_PT),
     "overlap_vs_hta": ("reader overlap vs HTA", "pt", TARGET_OVERLAP_PT),
@@ -390,10 +403,15 @@ def render(job: Job) -> str:
             f"  {'':<18} {'span ms':>10} {'busy ms':>10} {'idle%':>7} {'compute%':>9} "
             f"{'non-comp%':>9} {'overlap%':>9}"
         )
+        scoped = row["raw_scope"] != "all"
+        if scoped:
+            lines.append(_line("raw (all)", row["raw_all"], "gpu_busy_us"))
         lines.append(_line(f"raw ({row['raw_scope']})", row["raw"], "gpu_busy_us"))
         lines.append(_line("raw (HTA's scope)", row["raw_hta_scope"], "gpu_busy_us"))
         lines.append(_line("HTA", row["hta"], "busy_us"))
-        lines.append(_line("reader", row["reader"], "gpu_busy_us"))
+        if scoped:
+            lines.append(_line("reader (all)", row["reader_all"], "gpu_busy_us"))
+        lines.append(_line(f"reader ({row['raw_scope']})", row["reader"], "gpu_busy_us"))
         for key, (gap, ok) in row["verdicts"].items():
             name, kind, target = NAMES[key]
             shown = (

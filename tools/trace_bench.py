@@ -7,6 +7,7 @@
     uv run python tools/trace_bench.py --mb 200 --one-step   # one huge step instead
     uv run python tools/trace_bench.py --mb 20 --repo /tmp/old   # another checkout's reader
     uv run python tools/trace_bench.py --trace T.json.gz --hta   # explain against HTA 0.5.0
+    uv run python tools/trace_bench.py --trace T.json --load     # explain against load() alone
 
 A lesson's own long trace, read back as the lesson does:
 
@@ -182,10 +183,18 @@ def generate(out: Path, mb: float, source: Path = DEFAULT_SOURCE, *, one_step: b
     return steps
 
 
+# The children run as Python runs by default, caching compiled modules: an environment with
+# PYTHONDONTWRITEBYTECODE set (this project's sandboxes) recompiles the reader at every start,
+# about 50 ms, which is most of explain on a small trace.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def _child(argv: list[str], cwd: Path) -> tuple[float, float, int, bytes]:
     """Run argv; return (wall s, peak RSS MB, exit code, stderr tail) of that one child."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=CHILD_ENV
+    )
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
@@ -226,14 +235,19 @@ def read_back(trace: Path, script: str, mode: str, repo: Path) -> None:
     )
 
 
-def explain(trace: Path, repo: Path, extra: list[str]) -> float | None:
-    """Time `explain` in a child; its wall time, None when it failed."""
+def explain(trace: Path, repo: Path, extra: list[str], repeat: int = 1) -> float | None:
+    """Time `explain` in a child (the median of `repeat` runs); its wall time, None when it
+    failed."""
     size = trace.stat().st_size / 1e6
     argv = [sys.executable, "-m", "tracereader.explain", str(trace), *extra]
-    wall, rss, rc, err = _child(argv, repo)
+    runs = [_child(argv, repo) for _ in range(repeat)]
+    walls = sorted(r[0] for r in runs)
+    wall, rss = walls[len(walls) // 2], max(r[1] for r in runs)
+    rc, err = next(((r[2], r[3]) for r in runs if r[2] != 0), (0, b""))
+    of = f", median of {repeat} (min {walls[0]:.2f} s)" if repeat > 1 else ""
     print(
         f"explain {trace.name} ({size:.1f} MB on disk){' ' + ' '.join(extra) if extra else ''}: "
-        f"{wall:.2f} s, peak RSS {rss:.0f} MB ({rss / size:.2f}x the file), exit {rc}"
+        f"{wall:.2f} s{of}, peak RSS {rss:.0f} MB ({rss / size:.2f}x the file), exit {rc}"
     )
     if rc != 0:
         print(f"  stderr: {err.decode(errors='replace').strip()[-500:]}")
@@ -245,15 +259,23 @@ HTA_SPEC = "holistictraceanalysis==0.5.0"
 LOAD_ONLY = "import sys; from tracereader.load import load; load(sys.argv[1])"
 
 
-def against_hta(trace: Path, repo: Path, explain_s: float | None, spec: str) -> None:
-    """HTA's load + analyses on `trace` against explain's wall time; the reader's load alone."""
-    size = trace.stat().st_size / 1e6
-    load_s, rss, rc, err = _child([sys.executable, "-c", LOAD_ONLY, str(trace)], repo)
+def load_alone(trace: Path, repo: Path, explain_s: float | None, repeat: int = 1) -> None:
+    """The reader's load() alone in a child (the median of `repeat` runs): what explain's
+    summary adds to loading."""
+    runs = [_child([sys.executable, "-c", LOAD_ONLY, str(trace)], repo) for _ in range(repeat)]
+    load_s = sorted(r[0] for r in runs)[len(runs) // 2]
+    rss = max(r[1] for r in runs)
+    rc, err = next(((r[2], r[3]) for r in runs if r[2] != 0), (0, b""))
     if rc == 0:
         added = f"; explain adds {100 * (explain_s / load_s - 1):.0f}%" if explain_s else ""
         print(f"reader load() alone: {load_s:.2f} s, peak RSS {rss:.0f} MB{added}")
     else:
         print(f"reader load() alone failed (exit {rc}): {err.decode(errors='replace')[-300:]}")
+
+
+def against_hta(trace: Path, repo: Path, explain_s: float | None, spec: str) -> None:
+    """HTA's load + analyses on `trace` against explain's wall time."""
+    size = trace.stat().st_size / 1e6
     with tempfile.TemporaryDirectory(prefix="trace_bench_hta_") as tmp:
         out = Path(tmp) / "hta.json"
         argv = ["uv", "run", "--no-project", "--with", spec, "python"]
@@ -309,6 +331,18 @@ def main(argv: list[str] | None = None) -> int:
         help=f"also time HTA's load + analyses on the same trace (default spec {HTA_SPEC})",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="time explain and load() alone N times each, report the medians (shared cores)",
+    )
+    parser.add_argument(
+        "--load",
+        action="store_true",
+        help="also time the reader's load() alone (--hta does too): what the summary adds",
+    )
+    parser.add_argument(
         "--read-back",
         type=Path,
         metavar="TRACE",
@@ -323,11 +357,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the checkout whose reader runs (default: this one), e.g. an older commit's",
     )
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat {args.repeat}: give 1 or more")
     extra = ["--json"] if args.json else []
     if args.read_back:
         read_back(args.read_back.resolve(), args.script, args.mode, args.repo.resolve())
     if args.trace:
-        wall = explain(args.trace.resolve(), args.repo.resolve(), extra)
+        wall = explain(args.trace.resolve(), args.repo.resolve(), extra, args.repeat)
+        if args.load or args.hta:
+            load_alone(args.trace.resolve(), args.repo.resolve(), wall, args.repeat)
         if args.hta:
             against_hta(args.trace.resolve(), args.repo.resolve(), wall, args.hta)
     if args.mb is not None:
@@ -345,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"generated {out} ({out.stat().st_size / 1e6:.1f} MB, {what}) "
                 f"in {time.perf_counter() - start:.1f} s"
             )
-            wall = explain(out.resolve(), args.repo.resolve(), extra)
+            wall = explain(out.resolve(), args.repo.resolve(), extra, args.repeat)
+            if args.load or args.hta:
+                load_alone(out.resolve(), args.repo.resolve(), wall, args.repeat)
             if args.hta:
                 against_hta(out.resolve(), args.repo.resolve(), wall, args.hta)
             if args.keep and not args.out:

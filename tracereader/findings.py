@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import asdict, dataclass
 
 from tracereader import footprint, intervals
 from tracereader.analyses import breakdown, collectives, idle, syncs, variation
@@ -95,17 +94,38 @@ START_UP_CALLS = re.compile(
 )
 
 
-@dataclass(frozen=True)
 class Finding:
-    topic: str
-    message: str
-    problem: bool = False  # a health problem: the trace cannot show what it should
-    us: float | None = None  # the time at stake per step, where it can be measured
-    pct: float | None = None  # that time as % of the median step
-    next: str = ""  # what to try next
+    """One finding (not a dataclass: see kernel_names.KernelClass)."""
+
+    __slots__ = ("topic", "message", "problem", "us", "pct", "next")
+
+    def __init__(
+        self,
+        topic: str,
+        message: str,
+        problem: bool = False,
+        us: float | None = None,
+        pct: float | None = None,
+        next: str = "",
+    ):
+        self.topic = topic
+        self.message = message
+        self.problem = problem  # a health problem: the trace cannot show what it should
+        self.us = us  # the time at stake per step, where it can be measured
+        self.pct = pct  # that time as % of the median step
+        self.next = next  # what to try next
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Finding and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().values()))
+
+    def __repr__(self) -> str:
+        return "Finding(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
 
 def step_wall(trace: Trace) -> float:
@@ -116,7 +136,7 @@ def step_wall(trace: Trace) -> float:
 def _at_stake(finding: Finding, wall: float) -> Finding:
     if finding.us is None or finding.pct is not None or wall <= 0:
         return finding
-    return Finding(**{**asdict(finding), "pct": 100 * finding.us / wall})
+    return Finding(**{**finding.as_dict(), "pct": 100 * finding.us / wall})
 
 
 def read(trace: Trace, everything: bool = False) -> list[Finding]:
@@ -358,8 +378,8 @@ def _cold_start(trace: Trace) -> Finding | None:
     wall = statistics.median(s.dur for s in rest)
     if first.dur <= 1.5 * wall:
         return None
-    busy = breakdown.busy(first.gpu)
-    busy_rest = statistics.median(breakdown.busy(s.gpu) for s in rest)
+    busy = breakdown.step(first)["gpu_busy_us"]
+    busy_rest = statistics.median(breakdown.step(s)["gpu_busy_us"] for s in rest)
     later = {c.name for s in rest for c in s.runtime}
     start_up = sorted(
         {c.name for c in first.runtime if START_UP_CALLS.match(c.name) and c.name not in later}
@@ -840,7 +860,5 @@ def _opaque_library(trace: Trace) -> list[Finding]:
 
 
 def step_summary(step: Step) -> str:
-    return (
-        f"{step.name}: CPU {step.dur:.0f} us, GPU busy {breakdown.busy(step.gpu):.1f} us "
-        f"({len(step.gpu)} GPU items)"
-    )
+    busy = breakdown.step(step)["gpu_busy_us"]
+    return f"{step.name}: CPU {step.dur:.0f} us, GPU busy {busy:.1f} us ({len(step.gpu)} GPU items)"

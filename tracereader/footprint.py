@@ -27,7 +27,6 @@ answer; `occupancy` works it out the way CUDA's occupancy calculator does:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 # Maximum resident blocks per SM where it is not 32 (CUDA programming guide, per compute
 # capability); the trace's deviceProperties does not record it.
@@ -45,15 +44,44 @@ FIELDS = (
 )
 
 
-@dataclass(frozen=True)
 class Occupancy:
-    blocks_per_sm: int  # resident blocks the SM's limits allow (theoretical)
-    warps_per_sm: int
-    max_warps: int
-    limited_by: str  # "registers", "shared memory", "threads", "blocks"; ties joined by "and"
-    theoretical_pct: float
-    estimated_pct: int  # capped by the grid, rounded like the profiler's own estimate
-    grid_blocks_per_sm: float
+    __slots__ = (
+        "blocks_per_sm",
+        "warps_per_sm",
+        "max_warps",
+        "limited_by",
+        "theoretical_pct",
+        "estimated_pct",
+        "grid_blocks_per_sm",
+    )
+
+    def __init__(
+        self,
+        blocks_per_sm: int,
+        warps_per_sm: int,
+        max_warps: int,
+        limited_by: str,
+        theoretical_pct: float,
+        estimated_pct: int,
+        grid_blocks_per_sm: float,
+    ):
+        self.blocks_per_sm = blocks_per_sm  # resident blocks the SM's limits allow
+        self.warps_per_sm = warps_per_sm
+        self.max_warps = max_warps
+        # "registers", "shared memory", "threads", "blocks"; ties joined by "and"
+        self.limited_by = limited_by
+        self.theoretical_pct = theoretical_pct
+        self.estimated_pct = estimated_pct  # capped by the grid, rounded like the profiler's
+        self.grid_blocks_per_sm = grid_blocks_per_sm
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Occupancy and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().values()))
+
+    def __repr__(self) -> str:
+        return f"Occupancy({self.as_dict()})"
 
     def as_dict(self) -> dict:
         return {

@@ -26,7 +26,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
 # Kept in this order and spelling: lessons' EXPECTs and other tools name them.
@@ -61,7 +60,7 @@ GROUPS = (
     "memset",
     "other",
 )
-_GROUP_OF = {
+GROUP_OF = {
     "gemm": "GEMM",
     "attention": "attention",
     "conv": "conv",
@@ -78,7 +77,7 @@ _GROUP_OF = {
 
 def group(cls: str) -> str:
     """The summary group (one of GROUPS) of a class (one of CLASSES)."""
-    return _GROUP_OF[cls]
+    return GROUP_OF[cls]
 
 
 TENSOR_CORES = "bf16/fp16 Tensor cores"
@@ -120,13 +119,15 @@ _WRAPPERS = {"kernel", "kernel2", "device_kernel"}
 _BUILTIN_TYPES = {"int", "long", "float", "double", "bool", "unsigned", "char", "short"}
 
 
-@dataclass(frozen=True)
 class _Parts:
-    text: str  # the name, demangled where it was mangled
-    function: str  # qualified function name: no return type, template arguments, parameters
-    start: int  # where the function's name starts in text
-    end: int  # where its parameter list starts (len(text) without one)
-    wrapped: str  # a wrapper's first template argument, up to its own '<' ('' for others)
+    __slots__ = ("text", "function", "start", "end", "wrapped")
+
+    def __init__(self, text: str, function: str, start: int, end: int, wrapped: str):
+        self.text = text  # the name, demangled where it was mangled
+        self.function = function  # qualified name: no return type, template args, parameters
+        self.start = start  # where the function's name starts in text
+        self.end = end  # where its parameter list starts (len(text) without one)
+        self.wrapped = wrapped  # a wrapper's first template argument, up to its own '<'
 
     @property
     def base(self) -> str:
@@ -339,14 +340,37 @@ _MTIA_GEMMS = {"fc", "mm", "bmm", "addmm", "baddbmm", "matmul", "linear"}
 _ATEN_OUTSIDE_NATIVE = re.compile(r"^(cunn_|at_cuda_detail::|at::|cub::|thrust::)")
 
 
-@dataclass(frozen=True)
 class KernelClass:
-    cls: str
-    detail: str = ""  # a short reading of the name: layout, tile, epilogue, fused ops, functor
-    facts: dict = field(default_factory=dict, compare=False)
-    # The second kernel of one operation, counted with the kernel before it (a split-K
-    # reduce after its GEMM): Step.count and the expectations do not count it again.
-    joins_previous: bool = False
+    """A kernel's class and what its name says; equal (and hashed) by all but `facts`. Not a
+    dataclass, nor is any class `explain` imports: importing dataclasses (inspect, ast, ...)
+    and building each class is start-up time, most of explain's time on a small trace."""
+
+    __slots__ = ("cls", "detail", "facts", "joins_previous")
+
+    def __init__(
+        self, cls: str, detail: str = "", facts: dict | None = None, joins_previous: bool = False
+    ):
+        self.cls = cls
+        self.detail = detail  # a short reading of the name: layout, tile, epilogue, fused ops
+        self.facts = {} if facts is None else facts
+        # The second kernel of one operation, counted with the kernel before it (a split-K
+        # reduce after its GEMM): Step.count and the expectations do not count it again.
+        self.joins_previous = joins_previous
+
+    def _key(self) -> tuple:
+        return (self.cls, self.detail, self.joins_previous)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is KernelClass and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"KernelClass(cls={self.cls!r}, detail={self.detail!r}, facts={self.facts!r}, "
+            f"joins_previous={self.joins_previous!r})"
+        )
 
 
 def classify(name: str) -> KernelClass:

@@ -23,7 +23,6 @@ import functools
 import weakref
 from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -137,15 +136,29 @@ class RuntimeCall:
         return f"RuntimeCall(name={self.name!r}, ts={self.ts!r}, dur={self.dur!r})"
 
 
-@dataclass(eq=False)
 class Step:
-    name: str
-    ts: float
-    dur: float
-    cpu_ops: list[CpuOp]  # of the step's thread, in start order, with depth
-    runtime: list[RuntimeCall]  # of every thread, in start order
-    gpu: list[GpuItem]  # in launch order
-    other_ops: list[CpuOp] = field(default_factory=list)  # of other threads, in start order
+    """One unit of time (not a dataclass: see kernel_names.KernelClass)."""
+
+    def __init__(
+        self,
+        name: str,
+        ts: float,
+        dur: float,
+        cpu_ops: list[CpuOp],
+        runtime: list[RuntimeCall],
+        gpu: list[GpuItem],
+        other_ops: list[CpuOp] | None = None,
+    ):
+        self.name = name
+        self.ts = ts
+        self.dur = dur
+        self.cpu_ops = cpu_ops  # of the step's thread, in start order, with depth
+        self.runtime = runtime  # of every thread, in start order
+        self.gpu = gpu  # in launch order
+        self.other_ops = [] if other_ops is None else other_ops  # of other threads, in order
+
+    def __repr__(self) -> str:
+        return f"Step(name={self.name!r}, ts={self.ts!r}, dur={self.dur!r}, gpu={len(self.gpu)})"
 
     @property
     def end(self) -> float:
@@ -166,18 +179,35 @@ class Step:
         return sum(item.klass.cls == cls and not item.klass.joins_previous for item in self.gpu)
 
 
-@dataclass(eq=False)
 class Trace:
-    path: Path
-    steps: list[Step]
-    device: str | None  # the GPU's name (UNNAMED_GPU if not recorded), None for CPU only
-    runtime_outside_steps: list[RuntimeCall]
-    has_runtime: bool  # CUDA runtime calls were recorded (so the CUDA activity was on)
-    meta: dict = field(default_factory=dict)  # deviceProperties, distributedInfo, versions
-    skipped: Counter = field(default_factory=Counter)  # malformed events skipped, by reason
-    unit: str = "step"  # "step": ProfilerSteps; "window": no step, the whole recording is one
-    device_source: str | None = None  # "deviceProperties" | "GPU events" | None
-    gpu_all: list[GpuItem] = field(default_factory=list)  # every GPU event, in start order
+    """One process's trace (not a dataclass: see kernel_names.KernelClass)."""
+
+    def __init__(
+        self,
+        path: Path,
+        steps: list[Step],
+        device: str | None,
+        runtime_outside_steps: list[RuntimeCall],
+        has_runtime: bool,
+        meta: dict | None = None,
+        skipped: Counter | None = None,
+        unit: str = "step",
+        device_source: str | None = None,
+        gpu_all: list[GpuItem] | None = None,
+    ):
+        self.path = path
+        self.steps = steps
+        self.device = device  # the GPU's name (UNNAMED_GPU if not recorded), None: CPU only
+        self.runtime_outside_steps = runtime_outside_steps
+        self.has_runtime = has_runtime  # CUDA runtime calls were recorded (CUDA activity on)
+        self.meta = {} if meta is None else meta  # deviceProperties, distributedInfo, versions
+        self.skipped = Counter() if skipped is None else skipped  # malformed events, by reason
+        self.unit = unit  # "step": ProfilerSteps; "window": no step, the recording is one
+        self.device_source = device_source  # "deviceProperties" | "GPU events" | None
+        self.gpu_all = [] if gpu_all is None else gpu_all  # every GPU event, in start order
+
+    def __repr__(self) -> str:
+        return f"Trace(path={self.path!r}, steps={len(self.steps)}, device={self.device!r})"
 
     @property
     def gpu_items(self) -> int:
@@ -370,8 +400,9 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
 
 
 def per_step(reading):
-    """Remember `reading(step)` for as long as the step lives: the summary and the findings
-    both read every step's breakdown, and the model does not change once built."""
+    """Remember `reading(step)` (or `reading(trace)`) for as long as the step lives: the
+    summary and the findings both read every step's breakdown, and the model does not change
+    once built."""
     memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @functools.wraps(reading)
@@ -382,6 +413,17 @@ def per_step(reading):
         return found
 
     return remembered
+
+
+@per_step
+def in_start_order(step: Step) -> list[GpuItem]:
+    """The step's GPU work by start time (step.gpu is in launch order): the unions and the
+    idle split walk it in this order."""
+    return sorted(step.gpu, key=_start)
+
+
+def _start(item: GpuItem) -> float:
+    return item.ts
 
 
 def subtree(step: Step, op: CpuOp) -> list[CpuOp]:

@@ -9,16 +9,18 @@ lessons' size), the step's GPU work and CPU dispatch chain in full; otherwise be
 
 JSON (`--json`): SCHEMA_VERSION 2, `{"schema_version", "traces": [one per rank]}`, each with
 `path`, `rank`, `device` {name, source}, `unit` ("step" | "window"), `window` (HTA's
-temporal breakdown over the whole trace), `summary` (everything the text summary shows),
-`steps` (every step in full: GPU work with footprints, CPU ops) and `findings` (all of them,
-with the time at stake; `shown` false for those the text leaves out).
+temporal breakdown over the whole trace), `steps_window` (the same keys over the GPU work the
+recorded steps launched, HTA's scope on a trace with steps; null without steps), `summary`
+(everything the text summary shows), `steps` (every step in full: GPU work with footprints,
+CPU ops) and `findings` (all of them, with the time at stake; `shown` false for those the
+text leaves out).
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from typing import TextIO
+from io import TextIOBase  # not typing.TextIO: typing is start-up time of its own
 
 from tracereader import findings, footprint
 from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
@@ -215,16 +217,35 @@ def summary_lines(trace: Trace, data: dict) -> list[str]:
     return lines
 
 
-def _window_line(w: dict) -> str | None:
-    if not w["span_us"]:
-        return None
+def _window_lines(trace: Trace) -> list[str]:
+    """The whole trace as HTA's temporal breakdown reads it; where the steps launched only part
+    of the trace's GPU work (warm-up before the schedule, work after the last step), also the
+    steps' part, which is what HTA reads of a trace with steps."""
+    whole, steps = breakdown.window(trace), breakdown.steps_window(trace)
+    if not whole["span_us"]:
+        return []
+    if not steps or not steps["span_us"] or _same_scope(whole, steps):
+        return [_window_line("whole trace, as HTA reads it", whole)]
+    return [
+        _window_line("whole trace", whole),
+        _window_line("the steps' GPU work, as HTA reads it", steps),
+    ]
+
+
+def _same_scope(a: dict, b: dict) -> bool:
+    return a["gpu_busy_us"] - b["gpu_busy_us"] <= 0.001 * a["gpu_busy_us"] and (
+        a["span_us"] - b["span_us"] <= 0.001 * a["span_us"]
+    )
+
+
+def _window_line(label: str, w: dict) -> str:
     overlap = (
         f", comm overlapped {w['comm_overlap_pct']:.0f}%"
         if w["comm_overlap_pct"] is not None
         else ""
     )
     return (
-        f"whole trace, as HTA reads it: span {duration(w['span_us'])}, idle "
+        f"{label}: span {duration(w['span_us'])}, idle "
         f"{w['idle_pct']:.1f}%, compute {w['compute_pct']:.1f}%, non-compute "
         f"{w['non_compute_pct']:.1f}%{overlap}"
     )
@@ -254,9 +275,7 @@ def text(
     small or a flag asks for it. `max_ops` caps each list of the listing (None: no cap)."""
     data = summary(trace)
     lines = summary_lines(trace, data) if trace.steps else [_header(trace)]
-    window = _window_line(breakdown.window(trace))
-    if window:
-        lines.append(window)
+    lines += _window_lines(trace)
     shown, hidden = findings.ranked(trace)
     if all_findings:
         shown, hidden = shown + hidden, []
@@ -422,6 +441,7 @@ def trace_dict(trace: Trace, with_steps: bool = True) -> dict:
         "device": {"name": trace.device, "source": trace.device_source},
         "unit": trace.unit,
         "window": breakdown.window(trace),
+        "steps_window": breakdown.steps_window(trace),
         "summary": _json_safe(summary(trace)) if trace.steps else None,
         "steps": [step_dict(trace, s) for s in trace.steps] if with_steps else [],
         "findings": [{**f.as_dict(), "shown": True} for f in shown]
@@ -433,7 +453,7 @@ def document(traces: list[dict], **extra) -> dict:
     return {"schema_version": SCHEMA_VERSION, "traces": traces, **extra}
 
 
-def dump_json(data, out: TextIO) -> None:
+def dump_json(data, out: TextIOBase) -> None:
     """Strict JSON (NaN and Infinity are not JSON: refuse rather than write them)."""
     json.dump(data, out, indent=2, allow_nan=False)
     out.write("\n")
@@ -442,7 +462,7 @@ def dump_json(data, out: TextIO) -> None:
 _MARK = "\x00steps\x00"
 
 
-def write_json(trace: Trace, out: TextIO) -> None:
+def write_json(trace: Trace, out: TextIOBase) -> None:
     """document([trace_dict(trace)]) as `dump_json` writes it, one step at a time: the dicts
     of a trace of a million events would take more memory than the trace itself."""
     head = trace_dict(trace, with_steps=False)

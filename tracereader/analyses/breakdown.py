@@ -9,7 +9,10 @@ Per step (a ProfilerStep, or the recorded window):
   by class  per class group, the union of that group's intervals (groups may overlap each
             other on several streams, so they can add up to more than gpu busy)
 
-Window (HTA's temporal breakdown, over every GPU event of the trace, steps or not):
+Window (HTA's temporal breakdown), in two scopes: `window` over every GPU event of the trace,
+steps or not; `steps_window` over the work the recorded steps launched (by correlation id, as
+HTA filters a trace with steps), so a trace with GPU work outside its steps (warm-up before
+the schedule, work launched after the last step) compares like with like against HTA:
   span         first GPU event's start to the last one's end
   compute      union of the kernels that are not communication
   non-compute  union of communication kernels, memcpys and memsets, minus compute
@@ -19,8 +22,10 @@ Window (HTA's temporal breakdown, over every GPU event of the trace, steps or no
 
 from __future__ import annotations
 
+import math
+
 from tracereader import intervals, kernel_names
-from tracereader.model import GpuItem, Step, Trace, per_step
+from tracereader.model import GpuItem, Step, Trace, in_start_order, per_step
 
 
 # Kernel classes (kernel_names.CLASSES) in the groups the summary reports.
@@ -38,26 +43,85 @@ def busy(items) -> float:
 
 @per_step
 def step(s: Step) -> dict:
-    """One step's wall time, GPU busy time and time by class group (microseconds)."""
-    by_group: dict[str, list[GpuItem]] = {}
-    for item in s.gpu:
-        by_group.setdefault(group(item), []).append(item)
-    merged = intervals.of(s.gpu)
+    """One step's wall time, GPU busy time, time by class group and the compute kernels' time
+    (microseconds): one pass over the step's work in start order, each union kept as a running
+    interval and its length, no list of intervals."""
+    groups: dict[str, list[float]] = {}  # group -> [current start, current end, closed length]
+    group_of = kernel_names.GROUP_OF
+    busy_us = compute_us = summed = 0.0  # the two step-wide unions' closed parts; the sum
+    b_start = b_end = c_start = c_end = -math.inf  # their current (open) intervals
+    kernels = 0
+    order = in_start_order(s)
+    for item in order:
+        start = item.ts
+        end = start + item.dur
+        summed += item.dur
+        if start <= b_end:
+            if end > b_end:
+                b_end = end
+        else:
+            if b_end > -math.inf:
+                busy_us += b_end - b_start
+            b_start, b_end = start, end
+        cls = item.klass.cls
+        if item.kind == "kernel":
+            kernels += 1
+            if cls != "collective":
+                if start <= c_end:
+                    if end > c_end:
+                        c_end = end
+                else:
+                    if c_end > -math.inf:
+                        compute_us += c_end - c_start
+                    c_start, c_end = start, end
+        run = groups.get(group_of[cls])
+        if run is None:
+            groups[group_of[cls]] = [start, end, 0.0]
+        elif start <= run[1]:
+            if end > run[1]:
+                run[1] = end
+        else:
+            run[2] += run[1] - run[0]
+            run[0], run[1] = start, end
+    if b_end > -math.inf:
+        busy_us += b_end - b_start
+    if c_end > -math.inf:
+        compute_us += c_end - c_start
     return {
         "name": s.name,
         "wall_us": s.dur,
-        "gpu_busy_us": intervals.length(merged),
-        "gpu_sum_us": s.gpu_time,
-        "gpu_start": merged[0][0] if merged else None,
-        "gpu_end": merged[-1][1] if merged else None,
-        "by_class_us": {g: busy(items) for g, items in by_group.items()},
-        "kernels": sum(i.kind == "kernel" for i in s.gpu),
+        "gpu_busy_us": busy_us,
+        "gpu_sum_us": summed,
+        "gpu_start": order[0].ts if order else None,
+        "gpu_end": b_end if order else None,  # the running union's end: the last end
+        "compute_us": compute_us,
+        "by_class_us": {g: run[2] + run[1] - run[0] for g, run in groups.items()},
+        "kernels": kernels,
     }
 
 
+@per_step
 def window(trace: Trace) -> dict:
     """HTA's temporal breakdown and comm/compute overlap, over the whole trace."""
-    items = trace.gpu_all
+    return temporal(trace.gpu_all)
+
+
+@per_step
+def steps_window(trace: Trace) -> dict | None:
+    """The same over the GPU work the recorded steps launched; None without ProfilerStep (the
+    recording is the unit and HTA filters nothing)."""
+    if trace.unit != "step":
+        return None
+    if trace.gpu_items == len(trace.gpu_all):
+        return window(trace)  # the steps launched all of it
+    # gpu_all is in start order, and a step's work is what a runtime call inside it launched
+    return temporal([i for i in trace.gpu_all if i.call is not None and i.call.step is not None])
+
+
+def temporal(items: list[GpuItem]) -> dict:
+    """HTA's temporal breakdown and comm/compute overlap of some GPU work in start order
+    (microseconds, % of its span). Non-compute is busy minus compute: the union of everything
+    is the union of compute and the rest."""
     if not items:
         return {
             "span_us": 0.0,
@@ -68,15 +132,16 @@ def window(trace: Trace) -> dict:
             "comm_us": 0.0,
             "comm_overlap_pct": None,
         }
-    everything = intervals.of(items)
-    span = everything[-1][1] - everything[0][0]
-    compute = intervals.of(i for i in items if i.kind == "kernel" and not is_comm(i))
-    comm = intervals.of(i for i in items if is_comm(i))
-    rest = intervals.of(i for i in items if i.kind != "kernel" or is_comm(i))
-    busy_us = intervals.length(everything)
-    compute_us = intervals.length(compute)
-    non_compute = intervals.length(rest) - intervals.overlap(rest, compute)
-    comm_us = intervals.length(comm)
+    span = max(i.ts + i.dur for i in items) - items[0].ts
+    compute_items = [i for i in items if i.kind == "kernel" and not is_comm(i)]
+    comm_items = [i for i in items if is_comm(i)]
+    busy_us = intervals.length_in_order(items)
+    compute_us = intervals.length_in_order(compute_items)
+    non_compute = busy_us - compute_us
+    comm_us = intervals.length_in_order(comm_items)
+    overlap = (
+        intervals.overlap(intervals.of(comm_items), intervals.of(compute_items)) if comm_us else 0.0
+    )
 
     def pct(x: float) -> float | None:
         return 100 * x / span if span > 0 else None
@@ -88,5 +153,5 @@ def window(trace: Trace) -> dict:
         "compute_pct": pct(compute_us),
         "non_compute_pct": pct(non_compute),
         "comm_us": comm_us,
-        "comm_overlap_pct": 100 * intervals.overlap(comm, compute) / comm_us if comm_us else None,
+        "comm_overlap_pct": 100 * overlap / comm_us if comm_us else None,
     }

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import re
 import statistics
+import weakref
 
 from tracereader import intervals
+from tracereader.analyses import breakdown
 from tracereader.analyses.breakdown import is_comm
 from tracereader.model import GpuItem, Step, Trace, ancestors
 
@@ -130,8 +132,28 @@ def group_size(item: GpuItem, trace: Trace) -> int | None:
 
 
 def step(s: Step, trace: Trace) -> dict:
-    """Per step: communication time, overlap with compute, exposed, and each collective."""
+    """Per step: communication time, overlap with compute, exposed, and each collective.
+    Remembered per step (the summary and the findings both read it)."""
+    found = _read.get(s)
+    if found is None:
+        found = _read[s] = _step(s, trace)
+    return found
+
+
+_read: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _step(s: Step, trace: Trace) -> dict:
     comm = [i for i in s.gpu if is_comm(i)]
+    if not comm:  # most steps of most traces: the breakdown has the compute time already
+        compute_us = breakdown.step(s)["compute_us"]
+        return {
+            "comm_us": 0.0,
+            "overlap_us": 0.0,
+            "exposed_us": 0.0,
+            "compute_us": compute_us,
+            "collectives": [],
+        }
     compute = [i for i in s.gpu if i.kind == "kernel" and not is_comm(i)]
     comm_u, compute_u = intervals.of(comm), intervals.of(compute)
     comm_us = intervals.length(comm_u)

@@ -15,7 +15,7 @@ the step is host wait.
 
 from __future__ import annotations
 
-from tracereader.model import Step, per_step
+from tracereader.model import Step, in_start_order, per_step
 
 KERNEL_WAIT_US = 0.03  # HTA's default consecutive_kernel_delay: 30 ns
 
@@ -24,7 +24,7 @@ KERNEL_WAIT_US = 0.03  # HTA's default consecutive_kernel_delay: 30 ns
 def split(step: Step) -> dict:
     host = kernel = other = 0.0
     free_from = step.ts  # the GPU is free (for this step's work) from here
-    for item in sorted(step.gpu, key=lambda i: i.ts):
+    for item in in_start_order(step):
         gap = item.ts - free_from
         if gap > 0:
             launched = item.call.ts if item.call is not None else None

@@ -37,6 +37,8 @@ SCALAR_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
 def _reason(call, copies: dict) -> str | None:
     """Why a runtime call blocked the host, or None when it did not."""
     copy = copies.get(id(call))
+    if copy is None and call.name not in SYNC_CALLS:
+        return None  # a launch: most calls, and none of them blocks
     scalar = any(op.name in SCALAR_OPS for op in ancestors(call.launcher))
     if scalar and (call.name in SYNC_CALLS or copy is not None):
         return "item() (a GPU scalar read on the CPU)"

@@ -25,11 +25,14 @@ def kernel_group(name: str) -> str:
 def kernels(trace: Trace, n: int) -> tuple[list[dict], float]:
     """The n kernel groups with the most GPU time, and the total GPU time of all items."""
     groups: dict[str, dict] = {}
+    keys: dict[str, str] = {}  # a name's group, read once per distinct name
     total = 0.0
     for step in trace.steps:
         for item in step.gpu:
             total += item.dur
-            key = kernel_group(item.name)
+            key = keys.get(item.name)
+            if key is None:
+                key = keys[item.name] = kernel_group(item.name)
             row = groups.get(key)
             if row is None:
                 row = groups[key] = {
