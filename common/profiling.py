@@ -9,7 +9,6 @@ untraced, `warmup` steps are traced and thrown away, and only `active` steps rea
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -208,7 +207,7 @@ def look(outputs: Outputs, expect: Expect, *, cold_steps: int = 0) -> Seen:
         sibling = None
     steady = trace
     if cold_steps and len(trace.steps) > cold_steps:
-        steady = dataclasses.replace(trace, steps=trace.steps[cold_steps:])
+        steady = trace.with_steps(trace.steps[cold_steps:])
         print(f"(the first {cold_steps} recorded step(s) are the cold start: checked from "
               f"{steady.steps[0].name} on)")  # fmt: skip
     verdict = expectations.check(steady, expect, sibling=sibling)

@@ -8,7 +8,6 @@ thread, so an op of another thread belongs to the phase whose range holds its st
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -123,7 +122,7 @@ def phase_steps(trace: Trace, phases: tuple[str, ...]) -> dict[str, list[Step]]:
 
 
 def phase_trace(trace: Trace, steps: list[Step]) -> Trace:
-    return dataclasses.replace(trace, steps=steps)
+    return trace.with_steps(steps)
 
 
 def phase_line(steps: list[Step]) -> str:

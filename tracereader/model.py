@@ -209,6 +209,13 @@ class Trace:
     def __repr__(self) -> str:
         return f"Trace(path={self.path!r}, steps={len(self.steps)}, device={self.device!r})"
 
+    def with_steps(self, steps: list[Step]) -> Trace:
+        """The same trace read over other steps (a cold step set aside, phases split)."""
+        other = object.__new__(Trace)
+        other.__dict__.update(self.__dict__)
+        other.steps = steps
+        return other
+
     @property
     def gpu_items(self) -> int:
         return sum(len(s.gpu) for s in self.steps)
