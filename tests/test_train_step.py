@@ -9,6 +9,7 @@ import torch
 from common import check, training
 from tests.helpers import run_script
 from tracereader import load as trace_reader
+from tracereader.analyses.phases import step as phases_of
 
 TINY = ["--batch", "1", "--seq", "8", "--dim", "16", "--hidden", "32", "--heads", "2"]
 TINY += ["--layers", "1", "--vocab", "32", "--wait", "0", "--warmup-steps", "0", "--active", "1"]
@@ -50,6 +51,9 @@ def test_one_step_matches_the_reference_and_each_phase_its_guess(
     assert not any(n.startswith("Optimizer.") for n in names["forward"] | names["backward"])
     kernel = {"forloop": "aten::lerp_", "foreach": "aten::_foreach_lerp_"}
     assert kernel.get(optimizer, "aten::_fused_adamw_") in names["optimizer"]
+    # and the reader, given the trace alone, finds the same three phases
+    read = phases_of(trace_of(tmp_path).steps[0])
+    assert [p["phase"] for p in read] == ["forward", "backward", "optimizer"]
 
 
 @pytest.mark.slow
