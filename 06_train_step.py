@@ -113,14 +113,18 @@ def autocast(precision: str, device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
-def train_step(model, optimizer, tokens, targets, precision: str) -> torch.Tensor:
+def train_step(model, optimizer, tokens, targets, precision: str, mark=None) -> torch.Tensor:
+    mark = mark or (lambda phase: None)  # --bench's clock, between phases
     with record_function(ANNOTATION), autocast(precision, tokens.device):
         loss = model(tokens, targets)
+    mark("forward")
     with record_function("backward"):
         loss.backward()
+    mark("backward")
     with record_function("optimizer"):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    mark("optimizer")
     return loss.detach()
 
 
@@ -291,8 +295,8 @@ def main(argv=None) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, **OPTIMIZERS[args.optimizer])
     forward = torch.compile(model) if args.compile else model
 
-    def step():
-        return train_step(forward, optimizer, tokens, targets, args.precision)
+    def step(mark=None):
+        return train_step(forward, optimizer, tokens, targets, args.precision, mark)
 
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     loss = profiling.warm_up(step, run, calls=1, compiling=args.compile)
@@ -355,6 +359,9 @@ def main(argv=None) -> int:
         flops, _ = traffic.total(traffic_model(args, cli.element_size(run)))
         print(f"bench (profiler detached): one step {measured.us()}, "
               f"{flops / measured.median_s / 1e9:.1f} GFLOP/s in its GEMMs")  # fmt: skip
+        for phase, took in timing.time_phases(step, on_gpu=run.on_gpu).items():
+            share = took.median_s / measured.median_s
+            print(f"  {phase:<9} {took.us()}: {share:.0%} of the step")
     return profiling.finish(args, out, as_expected)
 
 

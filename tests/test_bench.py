@@ -96,6 +96,22 @@ def test_timing_harness_keeps_going_until_the_budget():
     assert result.runs == 20 and result.median_s == pytest.approx(0.01)
 
 
+def test_each_phase_timed_from_the_mark_before_it():
+    now = [0.0]
+    took = {"forward": 0.003, "backward": 0.006, "optimizer": 0.001}
+
+    def step(mark):
+        for phase, seconds in took.items():
+            now[0] += seconds
+            mark(phase)
+        now[0] += 1.0  # after the last mark: in no phase
+
+    result = timing.time_phases(step, on_gpu=False, steps=5, clock=lambda: now[0])
+    assert list(result) == list(took)  # in the step's order
+    assert {p: t.median_s for p, t in result.items()} == pytest.approx(took)
+    assert all(t.runs == 5 for t in result.values())
+
+
 H100 = "NVIDIA H100 80GB HBM3"
 
 

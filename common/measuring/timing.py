@@ -140,6 +140,43 @@ def time_fn(fn: Callable[[], object], *, on_gpu: bool) -> Timing:
     return time_gpu(fn) if on_gpu else time_cpu(fn)
 
 
+def time_phases(
+    step: Callable[[Callable[[str], None]], object],
+    *,
+    on_gpu: bool,
+    steps: int = 20,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Timing]:
+    """Each phase of a step, timed without the profiler: `step(mark)` calls `mark(name)` as
+    each phase ends; a phase's time runs from the previous mark (or the step's start) to its
+    own. On a GPU the marks are CUDA events, so a phase is the GPU's time between them (its
+    kernels, and any wait for the host to issue them); on a CPU, the host clock. The steps run
+    back to back, caches warm, one synchronize after each."""
+    import torch
+
+    def now():
+        if not on_gpu:
+            return clock()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(a, b) -> float:
+        return a.elapsed_time(b) / 1e3 if on_gpu else b - a
+
+    step(lambda name: None)  # untimed: lazy initialisation stays out of the samples
+    samples: dict[str, list[float]] = {}
+    for _ in range(steps):
+        marks = [("", now())]
+        step(lambda name, marks=marks: marks.append((name, now())))
+        if on_gpu:
+            torch.cuda.synchronize()
+        for (_, start), (name, end) in zip(marks, marks[1:], strict=False):
+            samples.setdefault(name, []).append(seconds(start, end))
+    how = "CUDA events between phases" if on_gpu else "host clock between phases"
+    return {name: summarize(s, f"{steps} steps, {how}") for name, s in samples.items()}
+
+
 def gpu_work(events) -> list:
     """The profiler's GPU events that are work (kernels, memcpys, memsets): a record_function's
     GPU-side span is an event on the device too, and would count its kernels a second time."""

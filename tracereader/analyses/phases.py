@@ -17,8 +17,14 @@ from tracereader import intervals
 from tracereader.model import CpuOp, Step, ancestors
 
 _PHASES = (
-    ("optimizer", re.compile(r"^Optimizer\.(step|zero_grad)#|^## optimizer|optimizer\.step|^optimizer$")),
-    ("backward", re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^## backward|^backward$")),
+    (
+        "optimizer",
+        re.compile(r"^Optimizer\.(step|zero_grad)#|^(## optimizer|optimizer$)|optimizer\.step"),
+    ),
+    (
+        "backward",
+        re.compile(r"^autograd::engine::evaluate_function|Backward\d*$|^(## backward|backward$)"),
+    ),
     ("FSDP", re.compile(r"^FSDP::")),
     ("DDP", re.compile(r"^DistributedDataParallel|^DDP|Reducer::|c10d::Reducer")),
     ("forward", re.compile(r"^## forward|\.forward$|^forward$")),
