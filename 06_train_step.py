@@ -218,17 +218,21 @@ def memory_model(args, model: nn.Module) -> dict[str, int]:
     norms' and attention's per-token statistics in fp32; then the last residual, the final
     norm's output and log_softmax's [tokens, vocab], with the logits it was computed from
     alive beside it at the forward's end. Autocast keeps the residual stream and the
-    loss in fp32 and what the GEMMs take and give in bf16."""
+    loss in fp32 and what the GEMMs take and give in bf16, the bf16 copy of every weight a
+    GEMM used among them (the backward multiplies by it)."""
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     t, d, h, v = args.batch * args.seq, args.dim, args.hidden, args.vocab
     hi, lo = {"fp32": (4, 4), "bf16": (2, 2), "autocast": (4, 2)}[args.precision]
     per_layer = 2 * t * d * hi + 7 * t * d * lo + 4 * t * h * lo + (2 + args.heads) * t * 4
     last = t * d * (hi + lo) + t * v * (hi + lo) + t * 4
+    casts = sum(m.weight.numel() * 2 for m in model.modules() if isinstance(m, nn.Linear))
     return {
         "parameters": params,
         "gradients": params,
         "optimizer state": 2 * params,
-        "activations": args.layers * per_layer + last,
+        "activations": args.layers * per_layer
+        + last
+        + (casts if args.precision == "autocast" else 0),
     }
 
 
