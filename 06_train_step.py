@@ -362,10 +362,12 @@ def main(argv=None) -> int:
         measured = timing.time_fn(step, on_gpu=run.on_gpu)
         flops, _ = traffic.total(traffic_model(args, cli.element_size(run)))
         print(f"bench (profiler detached): one step {measured.us()}, "
-              f"{flops / measured.median_s / 1e9:.1f} GFLOP/s in its GEMMs")  # fmt: skip
-        for phase, took in timing.time_phases(step, on_gpu=run.on_gpu).items():
-            share = took.median_s / measured.median_s
-            print(f"  {phase:<9} {took.us()}: {share:.0%} of the step")
+              f"{flops / measured.median_s / 1e12:.3g} TFLOP/s in its GEMMs")  # fmt: skip
+        # steps back to back, a clock between phases: the forward waits on the host's launches
+        by_phase = timing.time_phases(step, on_gpu=run.on_gpu)
+        total = sum(took.median_s for took in by_phase.values())
+        for phase, took in by_phase.items():
+            print(f"  {phase:<9} {took.us()}: {took.median_s / total:.0%} of the phases' sum")
     return profiling.finish(args, out, as_expected)
 
 

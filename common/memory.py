@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import profile
 from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX, MemoryProfileTimeline
 
@@ -71,13 +72,14 @@ def record(step: Callable[[], object], run: Run, phases: tuple[str, ...], snapsh
             torch.cuda.memory._record_memory_history(enabled=None)
     device = str(run.device) if run.device.type == "cpu" else f"cuda:{torch.cuda.current_device()}"
     times, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(device)
-    spans = [(e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3)
-             for e in prof.profiler.kineto_results.events() if e.name() in phases]  # fmt: skip
+    spans = [(e.name(), e.start_ns() / 1e3, e.end_ns() / 1e3)  # the host's: a GPU copy too
+             for e in prof.profiler.kineto_results.events()
+             if e.name() in phases and e.device_type() == DeviceType.CPU]  # fmt: skip
     start = min((s for _, s, _ in spans), default=times[0] if times else 0)
     return StepMemory(
         [t - start for t in times],
         [s[1:] for s in sizes],  # torch's first column is unused
-        sorted((name, s - start, e - start) for name, s, e in spans),
+        sorted(((name, s - start, e - start) for name, s, e in spans), key=lambda p: p[1]),
     )
 
 
