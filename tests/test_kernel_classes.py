@@ -316,6 +316,12 @@ def test_precision_is_what_the_kernels_own_name_says(name, precision):
             "cuDNN",
         ),
         ("cudnn::fusion::compute_dot_do_o_specialized<true, 128>", "cuDNN"),
+        # the backward's dQ from its fp32 accumulator (seen on an H100, torch 2.11, cuDNN SDPA)
+        (
+            "void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, "
+            "unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int)",
+            "cuDNN",
+        ),
         ("sdpa_sm100_flash_bprop_f16_knob_3_128x128x128", "SDPA"),
     ],
 )

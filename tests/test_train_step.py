@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from common import check, training
-from tests.helpers import run_script
+from tests.helpers import ROOT, load_script, run_script
+from tracereader import expectations
 from tracereader import load as trace_reader
 from tracereader.analyses.phases import step as phases_of
 
@@ -106,3 +107,32 @@ def test_memory_by_category_agrees_with_the_arithmetic_and_draws_the_step(tmp_pa
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the allocator's history is CUDA's: no snapshot from a CPU run
     assert not list(tmp_path.rglob("*.pickle"))
+
+
+H100 = sorted((ROOT / "tests/fixtures/h100/train_step").glob("*.json.gz"))
+
+
+@pytest.mark.parametrize("path", H100, ids=lambda p: p.name.split("_")[-2])
+def test_the_lessons_guess_holds_on_a_real_h100_step(path):
+    """The lesson's per-phase EXPECT, held against steps it recorded on an H100 (fixtures:
+    --batch 2 --seq 128 --dim 256 --hidden 512 --heads 4 --layers 2 --vocab 1024, autocast)."""
+    lesson = load_script("06_train_step")
+    compiled = "_compile_" in path.name
+    optimizer = "fused" if "_fused_" in path.name else "foreach"
+    model = lesson.TinyLM(vocab=1024, dim=256, hidden=512, heads=4, layers=2)
+    variant = lesson.Variant(
+        gemms=5 * 2 + 1,
+        tensors=len(list(model.parameters())),
+        optimizer=optimizer,
+        precision="autocast",
+        compiled=compiled,
+    )
+    trace = trace_reader.load(path)
+    phases = training.phase_steps(trace, lesson.PHASES)
+    for phase, cut in phases.items():
+        expect = lesson.EXPECT[phase](variant)
+        verdict = expectations.check(training.phase_trace(trace, cut), expect)
+        assert verdict.ok, (phase, expectations.render(verdict, expect))
+    assert training.launched_under(phases["optimizer"], "Optimizer.zero_grad#") == 0
+    # the attention's backward is attention, cuDNN's helpers included, not a convolution
+    assert not any(item.klass.cls == "conv" for s in phases["backward"] for item in s.gpu)

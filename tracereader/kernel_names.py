@@ -284,7 +284,7 @@ _ATTENTION = (
     ),
     (
         "cuDNN generated SDPA",
-        re.compile(r"cudnn\w*(sdpa|fmha|mha|attn|attention|flash)|cudnn::fusion::\w*dot_do_o"),
+        re.compile(r"cudnn\w*(sdpa|fmha|mha|attn|attention|flash)|cudnn::fusion::\w*(dot_do_o|dq)"),
     ),
     ("fused SDPA (cuDNN or vendor)", re.compile(r"(^|_)sdpa_sm\d+", re.IGNORECASE)),
     (
