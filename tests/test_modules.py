@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from tracereader import explain, intervals
+from tracereader import compare, explain, intervals
 from tracereader import load as trace_reader
 from tracereader.analyses import modules
 
@@ -165,21 +165,24 @@ def _union(gpu: list[dict]) -> float:
     return intervals.length(intervals.union([(e["ts"], e["ts"] + e["dur"]) for e in gpu]))
 
 
+def _mlp_with_modules(tmp_path: Path) -> Path:
+    def wrap(step, evs):
+        ops = [e for e in evs if e.get("ph") == "X" and within(step, e)]
+        fwd = next(e for e in ops if e["name"] == "mlp_fwd")
+        yield "GeGLUMLP_0", fwd["ts"], fwd["dur"], fwd["tid"]
+        linears = sorted((e for e in ops if e["name"] == "aten::linear"), key=lambda e: e["ts"])
+        for i, op in enumerate(linears):
+            yield f"Linear_{i}", op["ts"], op["dur"], op["tid"]
+
+    return _with_modules(tmp_path, MLP, wrap)
+
+
 def test_gpu_time_is_the_union_of_what_each_module_launched(tmp_path):
     """The MLP's three aten::linear calls as Linear modules inside the MLP; the up GEMM moved
     onto the gate GEMM's time, as if on a second stream: the MLP's GPU time is the union of
     its work, less than the sum, and each Linear has its own GEMM (and memset)."""
 
-    def wrap(step, evs):
-        ops = sorted((e for e in evs if e.get("ph") == "X" and within(step, e)),
-                     key=lambda e: e["ts"])  # fmt: skip
-        fwd = next(e for e in ops if e["name"] == "mlp_fwd")
-        yield "GeGLUMLP_0", fwd["ts"], fwd["dur"], fwd["tid"]
-        linears = [e for e in ops if e["name"] == "aten::linear"]
-        for i, op in enumerate(linears):
-            yield f"Linear_{i}", op["ts"], op["dur"], op["tid"]
-
-    path = _with_modules(tmp_path, MLP, wrap)
+    path = _mlp_with_modules(tmp_path)
     data = json.loads(path.read_text())
     evs = data["traceEvents"]
     fwds = [
@@ -230,3 +233,25 @@ def test_backward_kernels_on_the_autograd_thread_are_not_given_to_a_module(tmp_p
     assert read["tree"][0]["gpu_us"] + out["other_threads_gpu_us"] >= out["gpu_busy_us"] * 0.999
     text = run([str(path)], capsys)
     assert "autograd's thread records none" in text and len(text.splitlines()) <= 80
+
+
+def test_compare_names_the_modules_whose_gpu_time_changed(tmp_path, capsys):
+    """B's down projection (the last GEMM of each step) takes twice as long: compare names
+    that Linear and the MLP around it, and no other module."""
+    a = _mlp_with_modules(tmp_path)
+    data = json.loads(a.read_text())
+    evs = data["traceEvents"]
+    for s in steps_of(evs):
+        down = next(e for e in evs if e.get("name") == "aten::linear" and within(s, e)
+                    and e["ts"] > next(f for f in evs if f.get("name") == "aten::gelu"
+                                       and within(s, f))["ts"])  # fmt: skip
+        (gemm,) = _launched(evs, lambda c, d=down: c["tid"] == d["tid"] and within(d, c))
+        gemm["dur"] *= 2
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(data))
+    assert compare.main([str(a), str(b), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["modules"]
+    assert sorted(r["path"] for r in found["changed"]) == ["GeGLUMLP_0", "GeGLUMLP_0/Linear_2"]
+    assert found["gone"] == found["new"] == []
+    assert compare.main([str(a), str(MLP)]) == 0
+    assert "only A carries module events" in capsys.readouterr().out

@@ -52,8 +52,14 @@ class _Node:
         self.calls = [0] * steps
 
 
+def _length(spans: list) -> float:
+    if len(spans) == 1:  # most modules run once per step
+        return spans[0][1] - spans[0][0]
+    return intervals.length(intervals.union(spans))
+
+
 def _median_union(per_step: list[list]) -> float:
-    return statistics.median(intervals.length(intervals.union(spans)) for spans in per_step)
+    return statistics.median(_length(spans) for spans in per_step)
 
 
 def class_of(name: str) -> str:
