@@ -246,7 +246,8 @@ def module_lines(data: dict | None, unit: str, on_gpu: bool) -> list[str]:
     if not data:
         return []
     inside = f" inside {' > '.join(data['wrappers'])}" if data["wrappers"] else ""
-    header, width = _module_header(f"nn.Modules{inside} (per {unit}, median):", on_gpu)
+    title = f"nn.Modules{inside} (per {unit}, median; --modules: all):"
+    header, width = _module_header(title, on_gpu)
     lines = [header]
     for row in data["rows"]:
         lines.append(_module_row(f"{'  ' * row['level']}{row['name']}", row, on_gpu, width))

@@ -20,8 +20,9 @@ a module thread outside every module (the loss, the optimizer, input copies).
 The level the summary shows: from the outermost modules down, a level of a single module
 with children is a wrapper (the model around its body, LlamaForCausalLM_0 around LlamaModel_0
 and the head): skipped, down to the first level of two or more modules. Those are the top
-rows, each with its children as second-level rows; siblings of one class (a model's eight
-decoder layers) are one row where the siblings are more than the rows left.
+rows, each with its children as second-level rows; repeated siblings (a model's eight decoder
+layers: one class, the same children) are one row where the siblings are more than the rows
+left.
 """
 
 from __future__ import annotations
@@ -166,13 +167,19 @@ def _rows(level: list[_Node], medians: dict, key: str, steps: int) -> list[dict]
 
 def _grouped(nodes: list[_Node], medians: dict, steps: int, key: str, room: int) -> list[tuple]:
     """Sibling modules as (members, row), ranked by `key`; where they are more than `room`
-    rows, those of one class together (per step: the union of their spans)."""
-    by_class: dict[str, list[_Node]] = {}
+    rows, repeated ones together: those of one class whose children are of the same classes
+    in the same order (a model's decoder layers, not ResNet's stages of 3, 4, 6 and 3 blocks),
+    per step the union of their spans."""
+    by_kind: dict[tuple, list[_Node]] = {}
     for node in nodes:
-        cls = class_of(node.name) if len(nodes) > room else node.path
-        by_class.setdefault(cls, []).append(node)
+        kind = (
+            (class_of(node.name), *(class_of(c.name) for c in node.children))
+            if len(nodes) > room
+            else (node.path,)
+        )
+        by_kind.setdefault(kind, []).append(node)
     rows = []
-    for cls, members in by_class.items():
+    for (cls, *_), members in by_kind.items():
         if len(members) == 1:
             m = medians[members[0].path]
             row = {k: m[k] for k in ("name", "path", "cpu_us", "gpu_us", "launches")}
