@@ -11,9 +11,10 @@ JSON (`--json`): SCHEMA_VERSION 2, `{"schema_version", "traces": [one per rank]}
 `path`, `rank`, `device` {name, source}, `unit` ("step" | "window"), `window` (HTA's
 temporal breakdown over the whole trace), `steps_window` (the same keys over the GPU work the
 recorded steps launched, HTA's scope on a trace with steps; null without steps), `summary`
-(everything the text summary shows), `steps` (every step in full: GPU work with footprints,
-CPU ops) and `findings` (all of them, with the time at stake; `shown` false for those the
-text leaves out).
+(everything the text summary shows; `modules`, the nn.Module tree with each module's CPU and
+GPU time, is null without module events: an added key, so the schema stays 2), `steps` (every
+step in full: GPU work with footprints, CPU ops) and `findings` (all of them, with the time
+at stake; `shown` false for those the text leaves out).
 """
 
 from __future__ import annotations
