@@ -412,11 +412,11 @@ class _Events:
         if group is None:
             return
         name = event.get("name")
+        if group == 3 and (type(name) is not str or not name.startswith(MODULE_PREFIX)):
+            return  # with_stack's other Python frames: many, and not read
         if type(name) is not str:
             self.skipped["no name" if name is None else "a name that is not a string"] += 1
             return
-        if group == 3 and not name.startswith(MODULE_PREFIX):
-            return  # with_stack's other Python frames: many, and not read
         ts = event.get("ts")
         if type(ts) is not float or not -MAX_ABS_TS < ts < MAX_ABS_TS:
             ts = _number(ts)
