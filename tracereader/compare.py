@@ -38,7 +38,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from tracereader.analyses import breakdown, modules, tops
+from tracereader.analyses import breakdown, tops
 from tracereader.commandline import Parser
 from tracereader.devices import datasheet
 from tracereader.explain import dump_json, load_or_exit, stdout_closed
@@ -283,6 +283,8 @@ def _modules(a: Trace, b: Trace) -> dict | None:
     module events. A compiled model records only its outer module: the rest show as gone."""
     if not a.modules and not b.modules:
         return None
+    from tracereader.analyses import modules  # start-up: most traces carry no module events
+
     ra = modules.read(a) if a.modules else None
     rb = modules.read(b) if b.modules else None
     if ra is None or rb is None:

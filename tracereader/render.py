@@ -24,16 +24,7 @@ import statistics
 from io import TextIOBase  # not typing.TextIO: typing is start-up time of its own
 
 from tracereader import findings, footprint
-from tracereader.analyses import (
-    breakdown,
-    collectives,
-    idle,
-    launches,
-    modules,
-    phases,
-    syncs,
-    tops,
-)
+from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
 from tracereader.model import Step, Trace, silent_ops
 
 SCHEMA_VERSION = 2
@@ -99,7 +90,7 @@ def summary(trace: Trace) -> dict:
         "top_ops_by_gpu": tops.ops_by_gpu(trace, TOP),
         "top_ops_by_self": tops.ops_by_self(trace, TOP),
         "phases": phases.step(trace.steps[-1]) if trace.steps else [],
-        "modules": modules.read(trace) if trace.modules else None,
+        "modules": _modules(trace),
         "launches": launches.read(trace),
         "syncs": syncs.step(trace.steps[-1]) if trace.steps else [],
         "collectives": {
@@ -110,6 +101,14 @@ def summary(trace: Trace) -> dict:
         if any(c["collectives"] for c in comm_steps)
         else None,
     }
+
+
+def _modules(trace: Trace) -> dict | None:
+    if not trace.modules:
+        return None
+    from tracereader.analyses import modules  # start-up: most traces carry no module events
+
+    return modules.read(trace)
 
 
 # --- text --------------------------------------------------------------------------------
