@@ -255,3 +255,31 @@ def test_compare_names_the_modules_whose_gpu_time_changed(tmp_path, capsys):
     assert found["gone"] == found["new"] == []
     assert compare.main([str(a), str(MLP)]) == 0
     assert "only A carries module events" in capsys.readouterr().out
+
+
+def test_work_launched_between_modules_on_their_thread_is_counted_apart(tmp_path, capsys):
+    """Only the three Linears are modules: the GeLU and mul kernels, launched between them on
+    the same thread, are outside every module, and the summary says how much."""
+
+    def wrap(step, evs):
+        ops = [e for e in evs if e.get("ph") == "X" and within(step, e)]
+        linears = sorted((e for e in ops if e["name"] == "aten::linear"), key=lambda e: e["ts"])
+        for i, op in enumerate(linears):
+            yield f"Linear_{i}", op["ts"], op["dur"], op["tid"]
+
+    path = _with_modules(tmp_path, MLP, wrap)
+    read = modules.read(trace_reader.load(path))
+    evs = json.loads(path.read_text())["traceEvents"]
+    between = [
+        _launched(evs, lambda c, s=s: c["tid"] == s["tid"] and within(s, c)
+                  and not any(e.get("cat") == "python_function" and within(e, c) for e in evs))
+        for s in steps_of(evs)
+    ]  # fmt: skip
+    assert all(len(gpu) == 2 for gpu in between)  # GeLU and mul
+    out = read["outside_modules"]
+    assert out["module_threads_gpu_us"] == pytest.approx(
+        statistics.median(_union(gpu) for gpu in between)
+    )
+    assert out["other_threads_gpu_us"] == 0.0
+    assert read["wrappers"] == [] and [r["name"] for r in read["rows"]][0].startswith("Linear_")
+    assert "launched outside modules" in run([str(path)], capsys)

@@ -251,13 +251,17 @@ def module_lines(data: dict | None, unit: str, on_gpu: bool) -> list[str]:
     lines = [header]
     for row in data["rows"]:
         lines.append(_module_row(f"{'  ' * row['level']}{row['name']}", row, on_gpu, width))
-    out = data["outside_modules"]
-    if out and (out["other_threads_gpu_us"] or out["module_threads_gpu_us"]):
-        lines.append(
-            f"  outside every module: {duration(out['other_threads_gpu_us'])} GPU busy launched "
-            f"from threads without module events (the backward: autograd's thread records "
-            f"none), {duration(out['module_threads_gpu_us'])} from outside modules"
+    out = data["outside_modules"] or {}
+    parts = []
+    if out.get("other_threads_gpu_us"):
+        parts.append(
+            f"{duration(out['other_threads_gpu_us'])} launched from threads without module "
+            "events (the backward: autograd's thread records none)"
         )
+    if out.get("module_threads_gpu_us"):
+        parts.append(f"{duration(out['module_threads_gpu_us'])} launched outside modules")
+    if parts:
+        lines.append(f"  GPU busy outside every module: {'; '.join(parts)}")
     return lines
 
 
