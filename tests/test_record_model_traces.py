@@ -59,3 +59,24 @@ def test_tiny_training_steps_are_recorded_with_their_provenance(tmp_path):
         assert sum(n.startswith("Optimizer.step#AdamW.step") for n in names) == 2
         assert any("Input Dims" in e.get("args", {}) for e in events)  # record_shapes
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.slow
+def test_with_modules_the_traces_carry_the_models_modules_and_no_other_python_frame(tmp_path):
+    pytest.importorskip("transformers")
+    from tracereader import load
+    from tracereader.analyses import modules
+
+    proc = run("--tiny", "--device", "cpu", "--with-modules", "--only", "llama_train",
+               "--out", str(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (record,) = json.loads((tmp_path / "provenance.json").read_text())["traces"]
+    assert record["file"].endswith("_modules_cpu.json.gz") and record["with_stack"]
+    with gzip.open(tmp_path / record["file"], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    python = {e["name"] for e in events if e.get("cat") == "python_function"}
+    assert python and all(name.startswith("nn.Module: ") for name in python)
+    read = modules.read(load.load(tmp_path / record["file"]))
+    assert read["wrappers"] == ["LlamaForCausalLM_0"]
+    layers = [n for n in read["tree"] if n["name"].startswith("LlamaDecoderLayer_")]
+    assert len(layers) == 2 and all(n["path"].startswith("LlamaForCausalLM_0/") for n in layers)

@@ -22,12 +22,23 @@ machine has no network); transformers and timm are not dependencies of the proje
 
 --only picks some of the four (comma-separated). A trace is written under a temporary name and
 renamed when complete; the provenance is written last, listing what was recorded.
+
+--with-modules profiles with with_stack=True, so the trace carries each eager nn.Module call
+(`python_function` events named `nn.Module: LlamaDecoderLayer_3`) for the reader's module
+attribution; the names end in `_modules`. with_stack records every Python frame too, most of
+the file and nothing the reader uses: those are dropped after export, the nn.Module events
+kept (the provenance says so). A compiled model records only its outermost module, so this is
+for the eager recordings:
+
+    uv run --with 'transformers>=5' --with timm python tools/record_model_traces.py \
+        --with-modules --only llama_train,timm_train --out $OUT
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gzip
 import json
 import os
 import platform
@@ -99,9 +110,10 @@ def tokens(shape: LlamaShape, device: torch.device) -> torch.Tensor:
     return torch.randint(0, shape.vocab, (shape.batch, shape.seq), device=device)
 
 
-def profiled(step, device: torch.device, path: Path) -> float:
+def profiled(step, device: torch.device, path: Path, with_modules: bool = False) -> float:
     """Run `step` WAIT + WARMUP + ACTIVE times under the profiler and write the trace to `path`
-    (gzipped: the name ends in .gz). Returns the median wall time of the recorded steps, ms."""
+    (gzipped: the name ends in .gz); `with_modules`: with_stack=True, and of the Python frames
+    only the nn.Module calls kept. Returns the median wall time of the recorded steps, ms."""
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -110,6 +122,7 @@ def profiled(step, device: torch.device, path: Path) -> float:
         activities=activities,
         schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
         record_shapes=True,
+        with_stack=with_modules,
     ) as prof:
         for i in range(WAIT + WARMUP + ACTIVE):
             start = time.perf_counter()
@@ -121,8 +134,23 @@ def profiled(step, device: torch.device, path: Path) -> float:
             prof.step()
     partial = path.with_name(f".{path.name}.partial.json.gz")
     prof.export_chrome_trace(str(partial))
+    if with_modules:
+        modules_only(partial)
     os.replace(partial, path)
     return sorted(times)[len(times) // 2]
+
+
+def modules_only(path: Path) -> None:
+    """Drop the Python frames with_stack recorded, keeping the nn.Module calls among them."""
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    data["traceEvents"] = [
+        e
+        for e in data["traceEvents"]
+        if e.get("cat") != "python_function" or str(e.get("name")).startswith("nn.Module: ")
+    ]
+    with gzip.open(path, "wt") as f:
+        json.dump(data, f)
 
 
 def llama_train(shape: LlamaShape, device: torch.device, dtype: torch.dtype):
@@ -212,6 +240,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="tiny configs: seconds on a CPU")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument(
+        "--with-modules",
+        action="store_true",
+        help="with_stack=True: the traces carry nn.Module calls (names end in _modules)",
+    )
+    parser.add_argument(
         "--only",
         default=",".join(RECORDINGS),
         help=f"comma-separated subset of {', '.join(RECORDINGS)} (default: all)",
@@ -262,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     records, failed = [], []
     for name in args.only:
         stem, shape, build = plans[name]
+        if args.with_modules:
+            stem += "_modules"
         if device.type == "cpu":
             stem += "_cpu"
         path = args.out / f"{stem}.json.gz"
@@ -269,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         try:  # one GPU run records all four: a failing one must not cost the others
             step = build()
             setup_s = time.perf_counter() - start
-            step_ms = profiled(step, device, path)
+            step_ms = profiled(step, device, path, args.with_modules)
         except Exception as err:  # noqa: BLE001 - reported and recorded, then on to the next
             failed.append({"recording": name, "error": one_line(err, 500)})
             print(f"{name}: FAILED: {one_line(err, 500)}", file=sys.stderr, flush=True)
@@ -286,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": "bf16",
             "schedule": {"wait": WAIT, "warmup": WARMUP, "active": ACTIVE},
             "record_shapes": True,
+            "with_stack": args.with_modules,
+            "python_frames": "nn.Module calls only (the other frames dropped after export)"
+            if args.with_modules
+            else None,
             "setup_s": round(setup_s, 1),
             "median_profiled_step_ms": round(step_ms, 2),
         }

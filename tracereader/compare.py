@@ -23,7 +23,8 @@ and the text says so.
 
 At model scale: step wall time and GPU busy (union) A vs B, time by class, kernels gone, new
 and changed by grouped name (per-step totals), CPU ops whose count or time changed (as HTA's
-TraceDiff), and a verdict in one line.
+TraceDiff), nn.Modules (by path) whose GPU time (CPU time on CPU traces) changed, where both
+traces carry module events (with_stack=True), and a verdict in one line.
 
 A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
 and exit code 2.
@@ -272,7 +273,36 @@ def at_scale(a: Trace, b: Trace) -> dict:
             }
             for o in ops
         ],
+        "modules": _modules(a, b),
         "verdict": _verdict(wall, busy),
+    }
+
+
+def _modules(a: Trace, b: Trace) -> dict | None:
+    """nn.Modules by path, A against B (medians per step); None where neither trace carries
+    module events. A compiled model records only its outer module: the rest show as gone."""
+    if not a.modules and not b.modules:
+        return None
+    from tracereader.analyses import modules  # start-up: most traces carry no module events
+
+    ra = modules.read(a) if a.modules else None
+    rb = modules.read(b) if b.modules else None
+    if ra is None or rb is None:
+        return {"carried_by": "a" if ra else "b", "by": None, "changed": [], "gone": [], "new": []}
+    key = "gpu_us" if a.on_gpu and b.on_gpu else "cpu_us"
+    ta = {n["path"]: n[key] for n in ra["tree"]}
+    tb = {n["path"]: n[key] for n in rb["tree"]}
+    changed = [
+        {"path": p, "a_us": ta[p], "b_us": tb[p]}
+        for p in ta.keys() & tb.keys()
+        if abs(tb[p] - ta[p]) > CHANGED * max(ta[p], tb[p])
+    ]
+    return {
+        "carried_by": "both",
+        "by": key,
+        "changed": sorted(changed, key=lambda r: -abs(r["b_us"] - r["a_us"])),
+        "gone": [p for p in ta if p not in tb],  # in tree order
+        "new": [p for p in tb if p not in ta],
     }
 
 
@@ -391,6 +421,32 @@ def _scale_text(result: dict) -> list[str]:
             lines.append(
                 f"  {r['name'][:44]:<44} {duration(r['a_us']):>10} {duration(r['b_us']):>10}"
             )
+    lines += _module_text(result["modules"])
+    return lines
+
+
+def _module_text(found: dict | None) -> list[str]:
+    if not found:
+        return []
+    if found["carried_by"] != "both":
+        return [f"nn.Modules: only {found['carried_by'].upper()} carries module events"]
+
+    def cut(path: str) -> str:
+        return path if len(path) <= 44 else "..." + path[-41:]
+
+    what = "GPU busy" if found["by"] == "gpu_us" else "CPU time"
+    lines = []
+    if found["changed"]:
+        lines.append(f"{f'nn.Modules whose {what} changed by over 10% (per step):':<46}")
+        for r in found["changed"][:TOP_CHANGES]:
+            lines.append(
+                f"  {cut(r['path']):<44} {duration(r['a_us']):>10} {duration(r['b_us']):>10}"
+            )
+    for side, paths in (("A", found["gone"]), ("B", found["new"])):
+        if paths:
+            shown = ", ".join(cut(p) for p in paths[:3])
+            more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+            lines.append(f"nn.Modules only in {side} ({len(paths)}): {shown}{more}")
     return lines
 
 

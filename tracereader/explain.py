@@ -69,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--ops", action="store_true", help="list a step's CPU dispatch chain in full (--step)"
     )
     parser.add_argument(
+        "--modules",
+        action="store_true",
+        help="the nn.Module tree in full (traces recorded with with_stack=True)",
+    )
+    parser.add_argument(
         "--step",
         type=non_negative_int,
         metavar="N",
@@ -123,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ops=args.ops,
                     step=args.step,
                     all_findings=args.all_findings,
+                    module_tree=args.modules,
                 )
             )
     except BrokenPipeError:

@@ -4,7 +4,8 @@ What torch.profiler and kineto write, current and older: the categories of today
 (`cpu_op`, `user_annotation`, `cuda_runtime`, `cuda_driver`, `kernel`, `gpu_memcpy`,
 `gpu_memset`) and of the 2021 format (`Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`),
 MTIA's (`mtia_runtime`, `mtia_ccp_events`); an object with `traceEvents` or a bare array of
-events. Other categories (flow arrows, stream-sync virtual events, memory instants) are not
+events. Of `python_function` (with_stack=True), only the nn.Module calls (`nn.Module: Linear_0`)
+are kept. Other categories (flow arrows, stream-sync virtual events, memory instants) are not
 read at all.
 
 Cost: linear in the file apart from a few sorts. The text is read in chunks and decoded a few
@@ -47,6 +48,7 @@ from tracereader.model import (  # noqa: F401
     EMPTY,
     CpuOp,
     GpuItem,
+    Module,
     RuntimeCall,
     Step,
     Trace,
@@ -70,10 +72,12 @@ GPU_CATEGORIES = {
 }
 RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "mtia_runtime"})
 CPU_CATEGORIES = frozenset({"cpu_op", "user_annotation", "Operator"})
+MODULE_PREFIX = "nn.Module: "  # a python_function event that is an nn.Module's call
 _GROUP = {
     **dict.fromkeys(CPU_CATEGORIES, 0),
     **dict.fromkeys(RUNTIME_CATEGORIES, 1),
     **dict.fromkeys(GPU_CATEGORIES, 2),
+    "python_function": 3,
 }
 _ID_TYPES = frozenset({int, str, type(None)})
 # Top-level keys kept in Trace.meta: small, and what multi-rank work will need.
@@ -142,6 +146,7 @@ def _load(path: Path, events: _Events) -> Trace:
         events.items,
         meta,
         events.skipped,
+        events.modules,
     )
 
 
@@ -375,6 +380,7 @@ class _Events:
         self.calls: dict[object, list[RuntimeCall]] = {}  # by thread
         self.by_correlation: dict[int, RuntimeCall] = {}
         self.items: list[GpuItem] = []
+        self.modules: dict[object, list[Module]] = {}  # by thread
         self.skipped: Counter = Counter()
         self.seen = 0
         self._names: dict[str, str] = {}
@@ -406,6 +412,8 @@ class _Events:
         if group is None:
             return
         name = event.get("name")
+        if group == 3 and (type(name) is not str or not name.startswith(MODULE_PREFIX)):
+            return  # with_stack's other Python frames: many, and not read
         if type(name) is not str:
             self.skipped["no name" if name is None else "a name that is not a string"] += 1
             return
@@ -446,6 +454,11 @@ class _Events:
             corr = args.get("correlation")
             if type(corr) is int:  # only a real id links: no None, bool or string keys
                 self.by_correlation[corr] = call
+        elif group == 3:
+            modules = self.modules.get(thread)
+            if modules is None:
+                modules = self.modules[thread] = []
+            modules.append(Module(self.name(name[len(MODULE_PREFIX) :]), ts, dur))
         elif name.startswith("ProfilerStep#"):  # user_annotation; cpu_op in older torch
             self.steps.append((ts, dur, name, thread))
         else:

@@ -136,6 +136,31 @@ class RuntimeCall:
         return f"RuntimeCall(name={self.name!r}, ts={self.ts!r}, dur={self.dur!r})"
 
 
+class Module:
+    """One call of an eager nn.Module: the profiler's `python_function` event named
+    `nn.Module: <Class>_<n>` (torch.profiler records them with with_stack=True). `name` is
+    `<Class>_<n>`; n numbers a class's instances as the profiler first met them, so a name is
+    the same module in every step. Nested by time on its thread, within its step."""
+
+    __slots__ = ("name", "ts", "dur", "depth", "parent", "step", "thread")
+
+    def __init__(self, name: str, ts: float, dur: float):
+        self.name = name
+        self.ts = ts
+        self.dur = dur
+        self.depth = 0  # 0 = no module open around it on its thread
+        self.parent: Module | None = None
+        self.step: Step | None = None
+        self.thread: tuple | None = None  # (pid, tid)
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+    def __repr__(self) -> str:
+        return f"Module(name={self.name!r}, ts={self.ts!r}, dur={self.dur!r}, depth={self.depth})"
+
+
 class Step:
     """One unit of time (not a dataclass: see kernel_names.KernelClass)."""
 
@@ -194,6 +219,8 @@ class Trace:
         unit: str = "step",
         device_source: str | None = None,
         gpu_all: list[GpuItem] | None = None,
+        modules: list[Module] | None = None,
+        module_of_call: dict | None = None,
     ):
         self.path = path
         self.steps = steps
@@ -205,6 +232,11 @@ class Trace:
         self.unit = unit  # "step": ProfilerSteps; "window": no step, the recording is one
         self.device_source = device_source  # "deviceProperties" | "GPU events" | None
         self.gpu_all = [] if gpu_all is None else gpu_all  # every GPU event, in start order
+        # nn.Module calls inside the steps (per thread, parents before children), and for each
+        # runtime call in a step on a thread that has them, the innermost module open then
+        # (None: outside every module). Both empty without module events.
+        self.modules = [] if modules is None else modules
+        self.module_of_call = {} if module_of_call is None else module_of_call
 
     def __repr__(self) -> str:
         return f"Trace(path={self.path!r}, steps={len(self.steps)}, device={self.device!r})"
@@ -262,9 +294,12 @@ def _device(meta: dict, gpu: list[GpuItem]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def build(path: Path, steps_raw, ops, calls, by_correlation, items, meta, skipped) -> Trace:
+def build(
+    path: Path, steps_raw, ops, calls, by_correlation, items, meta, skipped, modules=None
+) -> Trace:
     """The trace from what the loader kept: steps as (ts, dur, name, thread), ops and calls
-    by thread, runtime calls by correlation id, GPU items in file order."""
+    by thread, runtime calls by correlation id, GPU items in file order, nn.Module calls by
+    thread."""
     unit = "step"
     if not steps_raw:
         steps_raw = _window(ops, calls, items)
@@ -288,6 +323,14 @@ def build(path: Path, steps_raw, ops, calls, by_correlation, items, meta, skippe
         thread_calls = calls.get(thread, [])
         thread_calls.sort(key=lambda c: c.ts)
         _sweep(thread_ops, thread_calls, steps, step_of, step_thread, thread, outside)
+    kept_modules: list[Module] = []
+    module_of_call: dict[RuntimeCall, Module | None] = {}
+    for thread, thread_modules in (modules or {}).items():
+        thread_calls = calls.get(thread, [])  # sorted by the sweep above
+        kept = _nest_modules(thread_modules, thread_calls, steps, step_of, module_of_call)
+        for m in kept:
+            m.thread = thread
+        kept_modules += kept
     ops.clear()
     calls.clear()
 
@@ -331,6 +374,8 @@ def build(path: Path, steps_raw, ops, calls, by_correlation, items, meta, skippe
         unit=unit,
         device_source=source,
         gpu_all=items,
+        modules=kept_modules,
+        module_of_call=module_of_call,
     )
 
 
@@ -401,6 +446,42 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
                     stack.pop()
                     stack_end.pop()
                 call.launcher = stack[-1] if stack else None
+
+
+def _nest_modules(modules, calls, steps, step_of, module_of_call) -> list[Module]:
+    """Nest a thread's module calls by time within each step (those outside every step are
+    dropped), then give each of the thread's runtime calls in a step the innermost module open
+    when it was made. Returns the kept modules, parents before their children."""
+    modules.sort(key=lambda m: (m.ts, -m.dur))
+    kept: list[Module] = []
+    stack: list[Module] = []
+    for m in modules:
+        s = step_of(m.ts)
+        if s < 0:
+            continue
+        step = steps[s]
+        while stack and (m.ts >= stack[-1].end or stack[-1].step is not step):
+            stack.pop()
+        m.depth = len(stack)
+        m.parent = stack[-1] if stack else None
+        m.step = step
+        stack.append(m)
+        kept.append(m)
+    stack.clear()
+    i = 0
+    for call in calls:
+        if call.step is None:
+            continue
+        while i < len(kept) and kept[i].ts <= call.ts:  # a module starting at the call holds it
+            m = kept[i]
+            i += 1
+            while stack and stack[-1] is not m.parent:
+                stack.pop()
+            stack.append(m)
+        while stack and (stack[-1].end < call.ts or stack[-1].step is not call.step):
+            stack.pop()
+        module_of_call[call] = stack[-1] if stack else None
+    return kept
 
 
 # --- questions about a step ----------------------------------------------------------------

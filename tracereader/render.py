@@ -11,9 +11,10 @@ JSON (`--json`): SCHEMA_VERSION 2, `{"schema_version", "traces": [one per rank]}
 `path`, `rank`, `device` {name, source}, `unit` ("step" | "window"), `window` (HTA's
 temporal breakdown over the whole trace), `steps_window` (the same keys over the GPU work the
 recorded steps launched, HTA's scope on a trace with steps; null without steps), `summary`
-(everything the text summary shows), `steps` (every step in full: GPU work with footprints,
-CPU ops) and `findings` (all of them, with the time at stake; `shown` false for those the
-text leaves out).
+(everything the text summary shows; `modules`, the nn.Module tree with each module's CPU and
+GPU time, is null without module events: an added key, so the schema stays 2), `steps` (every
+step in full: GPU work with footprints, CPU ops) and `findings` (all of them, with the time
+at stake; `shown` false for those the text leaves out).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def summary(trace: Trace) -> dict:
         "top_ops_by_gpu": tops.ops_by_gpu(trace, TOP),
         "top_ops_by_self": tops.ops_by_self(trace, TOP),
         "phases": phases.step(trace.steps[-1]) if trace.steps else [],
+        "modules": _modules(trace),
         "launches": launches.read(trace),
         "syncs": syncs.step(trace.steps[-1]) if trace.steps else [],
         "collectives": {
@@ -99,6 +101,14 @@ def summary(trace: Trace) -> dict:
         if any(c["collectives"] for c in comm_steps)
         else None,
     }
+
+
+def _modules(trace: Trace) -> dict | None:
+    if not trace.modules:
+        return None
+    from tracereader.analyses import modules  # start-up: most traces carry no module events
+
+    return modules.read(trace)
 
 
 # --- text --------------------------------------------------------------------------------
@@ -186,6 +196,7 @@ def summary_lines(trace: Trace, data: dict) -> list[str]:
             lines.append(
                 f"  {p['phase']:<20} {duration(p['cpu_us']):>10} {duration(p['gpu_us']):>10}"
             )
+    lines += module_lines(data["modules"], unit, trace.on_gpu)
     la = data["launches"]
     if la["kernels"]:
         lines.append(
@@ -214,6 +225,62 @@ def summary_lines(trace: Trace, data: dict) -> list[str]:
                 f"  {k['kind']:<15} {k['per_step']:g} per {unit}, median "
                 f"{duration(k['median_us'])}{size}{bus}{group}"
             )
+    return lines
+
+
+def _module_row(label: str, row: dict, on_gpu: bool, width: int) -> str:
+    gpu = f" {duration(row['gpu_us']):>10} {row['launches']:8g}" if on_gpu else ""
+    return f"{_cut(label, width):<{width}} {duration(row['cpu_us']):>10}{gpu}"
+
+
+def _module_header(title: str, on_gpu: bool, extra: str = "") -> tuple[str, int]:
+    """The section's title with the column names after it, and the width of the name column."""
+    width = min(max(46, len(title)), NAME_WIDTH)
+    gpu = f" {'GPU busy':>10} {'launches':>8}" if on_gpu else ""
+    return f"{title:<{width}} {'CPU':>10}{gpu}{extra}", width
+
+
+def module_lines(data: dict | None, unit: str, on_gpu: bool) -> list[str]:
+    """The summary's module section (at most modules.ROWS rows and two more lines); none
+    without module events."""
+    if not data:
+        return []
+    inside = f" inside {' > '.join(data['wrappers'])}" if data["wrappers"] else ""
+    title = f"nn.Modules{inside} (per {unit}, median; --modules: all):"
+    header, width = _module_header(title, on_gpu)
+    lines = [header]
+    for row in data["rows"]:
+        lines.append(_module_row(f"{'  ' * row['level']}{row['name']}", row, on_gpu, width))
+    out = data["outside_modules"] or {}
+    parts = []
+    if out.get("other_threads_gpu_us"):
+        parts.append(
+            f"{duration(out['other_threads_gpu_us'])} launched from threads without module "
+            "events (the backward: autograd's thread records none)"
+        )
+    if out.get("module_threads_gpu_us"):
+        parts.append(f"{duration(out['module_threads_gpu_us'])} launched outside modules")
+    if parts:
+        lines.append(f"  GPU busy outside every module: {'; '.join(parts)}")
+    return lines
+
+
+def module_tree_lines(data: dict | None, unit: str, on_gpu: bool, max_ops: int | None) -> list:
+    """`--modules`: every module, nested, its children's time included in its own."""
+    if not data:
+        return [
+            "nn.Modules: none in this trace (torch.profiler records nn.Module calls with "
+            "with_stack=True)"
+        ]
+    header, width = _module_header(
+        f"nn.Module tree (per {unit}, median, children included):", on_gpu, f" {'calls':>6}"
+    )
+    lines = [header]
+    for node in data["tree"][:max_ops]:
+        label = f"{'  ' * (node['depth'] + 1)}{node['name']}"
+        lines.append(f"{_module_row(label, node, on_gpu, width)} {node['calls']:6g}")
+    if max_ops is not None and len(data["tree"]) > max_ops:
+        lines.append(f"  {_more(len(data['tree']) - max_ops)}")
     return lines
 
 
@@ -270,6 +337,7 @@ def text(
     ops: bool = False,
     step: int | None = None,
     all_findings: bool = False,
+    module_tree: bool = False,
 ) -> str:
     """The reading for a person: the summary (one screen), then the listing where a step is
     small or a flag asks for it. `max_ops` caps each list of the listing (None: no cap)."""
@@ -289,6 +357,9 @@ def text(
             f"  ({len(hidden) + max(left, 0)} more: under 1% of the step, or past the screen; "
             "--all-findings lists them)"
         )
+    if module_tree and trace.steps:
+        unit = "step" if trace.unit == "step" else "window"
+        lines += module_tree_lines(data["modules"], unit, trace.on_gpu, max_ops)
     listed = _listing(trace, all_steps, max_ops, kernels, ops, step)
     if listed:
         lines += listed
