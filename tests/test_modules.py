@@ -283,3 +283,30 @@ def test_work_launched_between_modules_on_their_thread_is_counted_apart(tmp_path
     assert out["other_threads_gpu_us"] == 0.0
     assert read["wrappers"] == [] and [r["name"] for r in read["rows"]][0].startswith("Linear_")
     assert "launched outside modules" in run([str(path)], capsys)
+
+
+REAL = sorted((FIXTURES / "h100/models").glob("*_modules.json.gz"))
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name.split("_")[0])
+def test_real_gpu_steps_recorded_with_modules_attribute_their_kernels(path, capsys):
+    """Llama and ResNet-50 training steps recorded on an H100 with with_stack=True: the
+    forward's kernels land in its modules (module events and the runtime calls nest on the
+    GPU machine's clock), the backward's come from the autograd thread, and the three parts
+    cover the step's GPU busy time; repeated blocks cost alike."""
+    read = modules.read(trace_reader.load(path))
+    out = read["outside_modules"]
+    roots = sum(n["gpu_us"] for n in read["tree"] if n["depth"] == 0)
+    assert roots > 0.1 * out["gpu_busy_us"] and out["other_threads_gpu_us"] > roots
+    covered = roots + out["other_threads_gpu_us"] + out["module_threads_gpu_us"]
+    assert covered >= 0.999 * out["gpu_busy_us"]
+    layers = [
+        n["gpu_us"]
+        for n in read["tree"]
+        if n["path"].split("/")[-1].startswith("LlamaDecoderLayer_")
+    ]
+    if layers:  # the Llama step: eight identical blocks
+        assert len(layers) == 8 and max(layers) < 1.1 * statistics.median(layers)
+    text = run([str(path)], capsys)
+    assert len(text.splitlines()) <= 80
+    assert ("LlamaDecoderLayer x8" if layers else "Sequential") in text  # blocks or stages
