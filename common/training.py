@@ -8,6 +8,7 @@ thread, so an op of another thread belongs to the phase whose range holds its st
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -37,6 +38,12 @@ STEP_BUDGETS = {
     ),  # fmt: skip
     "autocast": StepBudget(
         2e-2, 2e-2, "bf16 GEMMs keep 8 bits: small gradients can round across 0"
+    ),  # fmt: skip
+    "fsdp-bf16": StepBudget(
+        3e-2,
+        5e-2,
+        "FSDP's bf16 parameters: every op computes in bf16 (not only the GEMMs, as under "
+        "autocast), gradients reduced and weights kept in fp32",
     ),  # fmt: skip
     "bf16": StepBudget(
         3e-2,
@@ -83,6 +90,17 @@ def against_reference_step(
     if share > budget.off:
         raise MismatchError(f"{share:.2%} of the weights stepped unlike the reference step")
     return share
+
+
+def reference_step(model, tokens, targets, *, lr: float) -> tuple[float, dict[str, torch.Tensor]]:
+    """One float32 step from the same weights, eager, AdamW's plain for-loop: the loss and the
+    updated weights (a copy of `model` takes the step; `model` is left as it was)."""
+    model = copy.deepcopy(model).float()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
+    loss = model(tokens, targets)
+    loss.backward()
+    optimizer.step()
+    return loss.item(), {n: p.detach() for n, p in model.named_parameters()}
 
 
 def _holder(op: CpuOp, phases: tuple[str, ...], spans: list[tuple[str, float, float]]):

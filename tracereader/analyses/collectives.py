@@ -61,7 +61,12 @@ KINDS = (
 
 def kind(item: GpuItem) -> str:
     found = _record(item)
-    text = f"{found.get('Collective name', '')} {item.name}"
+    return kind_of(f"{found.get('Collective name', '')} {item.name}")
+
+
+def kind_of(text: str) -> str:
+    """The kind a collective's name says (a kernel's, torch's record, a c10d op's:
+    c10d::_allgather_base_, c10d::_reduce_scatter_base_, gloo:all_reduce)."""
     for name, pattern, _ in KINDS:
         if pattern.search(text):
             return name
