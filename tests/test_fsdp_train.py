@@ -27,7 +27,15 @@ import torch.distributed as dist
 
 from common import cli, torchrun
 from models import TinyLM
-from tests.helpers import PROFILER_CALLS, ROOT, inside, load_script, read_trace, steps
+from tests.helpers import (
+    EXTERNAL_TRACES,
+    PROFILER_CALLS,
+    ROOT,
+    inside,
+    load_script,
+    read_trace,
+    steps,
+)
 from tests.test_tp_mlp import check
 from tracereader import load as trace_reader
 from tracereader import ranks
@@ -283,3 +291,18 @@ def test_the_lesson_shows_its_plan_and_profiler_loop():
         assert call in source
     one = lesson.expectation(1, 0)
     assert "c10d::_allgather_base_" in one.cpu_absent and one.gpu["collective"] == 0
+
+
+# --- the reader's collective kinds on another project's real FSDP-era trace -----------------
+
+NEGATIVE_QUEUE = EXTERNAL_TRACES / "hta" / "negative_queue_rank0.json.gz"
+
+
+@pytest.mark.skipif(not NEGATIVE_QUEUE.is_file(), reason="no ../shared/external-traces")
+def test_collective_kinds_come_from_the_issuing_op_not_the_kernel_name():
+    """HTA's 16-rank A100 trace: NCCL runs every collective there as ncclKernel_SendRecv_*;
+    the ops that issued them (nccl:_all_gather_base, nccl:_reduce_scatter_base, ...) say what
+    each one is, and the bus factor follows the kind."""
+    result = ranks.read_run(NEGATIVE_QUEUE, {0: NEGATIVE_QUEUE})
+    counts = {k["kind"]: k["count"] for k in result["by_kind"]}
+    assert counts == {"all-gather": 10, "reduce-scatter": 10, "all-reduce": 10, "all-to-all": 45}
