@@ -205,14 +205,15 @@ def check_shardable(args, world: int) -> None:
             )
 
 
-def bytes_needed(args, world: int, on_gpu: bool) -> int:
-    """The whole model in fp32 before the split, its fp32 reference step on rank 0 (weights,
-    gradients, AdamW's two states), this rank's shards of the same four, and activations
-    (per layer about 7 [tokens, dim] and 4 [tokens, hidden] tensors, the logits) twice."""
+def bytes_needed(args, world: int) -> int:
+    """In fp32: the whole model as built and its copy for the reference (rank 0), the reference
+    step's weights, gradients and AdamW's two states, this rank's shards of the same four;
+    activations (per layer about 7 [tokens, dim] and 4 [tokens, hidden] tensors, the logits)
+    for this rank's batch and for the reference's N batches."""
     t, d, h, v = args.batch * args.seq, args.dim, args.hidden, args.vocab
     params = 2 * v * d + args.layers * (4 * d * d + 3 * d * h + 2 * d) + d
     acts = (args.layers * (7 * t * d + 4 * t * h) + 3 * t * v) * 4
-    return params * 4 * (1 + 4 + 4 / world) + 2 * acts * world
+    return int(params * 4 * (2 + 4 + 4 / world) + acts * (world + 1))
 
 
 def main(argv=None) -> int:
@@ -225,7 +226,7 @@ def main(argv=None) -> int:
     tag = outputs.run_tag(shape, args, run, extra=f"fsdp{launch.world}{flags}")
     out = torchrun.prepare(args.traces_dir, SCRIPT, tag, launch, gzip=args.gzip)
     group = torchrun.init_process_group(run, launch, timeout_s=args.timeout)
-    cli.ensure_fits(int(bytes_needed(args, launch.world, run.on_gpu)), run)
+    cli.ensure_fits(bytes_needed(args, launch.world), run)
 
     # Every rank builds the whole model from the same seed (the same weights everywhere), and
     # draws every rank's batch, keeping its own: the reference trains on all of them at once.

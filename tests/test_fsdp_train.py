@@ -150,6 +150,7 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     for row in result["per_rank"]:
         assert row["collectives_per_step"] == [9] and row["comm_us"] > 0
     text = ranks.text(result)
+    assert "collectives: 9 per step, of 2 kinds" in text  # no size shared by both kinds
     assert "all-gather: 18 in all" in text and "reduce-scatter: 9 in all" in text
     for rank in range(2):  # the lesson's count by phase, through the reader
         trace = trace_reader.load(rank_trace(folder, rank))

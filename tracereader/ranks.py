@@ -613,15 +613,21 @@ def text(result: dict) -> str:
             + (" (one rank: nothing to reduce)" if result["world"] == 1 else "")
         )
     else:
-        lines.append(
-            f"collectives: {per_step} per step, {bytes_text(coll['bytes'])} each"
-            + (f" ({coll['shape']})" if coll["shape"] else "")
-        )
+        kinds = len(result.get("by_kind", []))
+        if kinds > 1:  # FSDP's all-gathers and reduce-scatters: sizes and bandwidth per kind
+            lines.append(f"collectives: {per_step} per step, of {kinds} kinds (each below)")
+        else:
+            lines.append(
+                f"collectives: {per_step} per step, {bytes_text(coll['bytes'])} each"
+                + (f" ({coll['shape']})" if coll["shape"] else "")
+            )
         if not on_gpu:
             lines.append(
                 "  no bandwidth from a CPU trace: gloo reduces on a thread of its own, which "
                 "this reading does not see; comm above is the calling thread's issue + wait"
             )
+        elif kinds > 1:
+            pass  # one median over kinds would mean nothing
         elif coll["bus_GBps"] is not None:
             line = (
                 f"  transfer (the last rank's kernel) median {cell(coll['transfer_us'])} us -> "
