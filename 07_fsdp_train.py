@@ -53,6 +53,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import cli, outputs, profiling, torchrun, training
 from common.measuring import timing
+from common.training import reference_step as reference
 from models import TinyLM
 from tracereader import expectations, ranks
 from tracereader import load as trace_reader
@@ -104,6 +105,16 @@ def expected_collectives(layers: int, *, reshard: bool, world: int) -> dict[str,
     }
 
 
+def traffic_model(params: int, *, world: int, reshard: bool, param_bytes: int) -> dict[str, int]:
+    """What one rank's collectives move over the link per step, in bytes, nccl-tests' way (each
+    all-gather and reduce-scatter moves (N-1)/N of its whole buffer): every parameter gathered
+    in the forward, again in the backward when resharded, in its compute dtype; every gradient
+    reduce-scattered once, in fp32 (reduce_dtype)."""
+    share = (world - 1) / world
+    gathers = (2 if reshard else 1) * params * param_bytes
+    return {"all-gather": round(share * gathers), "reduce-scatter": round(share * params * 4)}
+
+
 FSDP_ROWS = ("FSDP::pre_forward*", "FSDP::post_backward_reduce*")  # any world size
 COLLECTIVE_ROWS = ("FSDP::all_gather*", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_")
 
@@ -122,6 +133,9 @@ def expectation(world: int, collectives: int) -> Expect:
         cpu_present=(*PHASES, *FSDP_ROWS, *COLLECTIVE_ROWS),
         why="all-gathers and reduce-scatters issued by FSDP's hooks",
     )
+
+
+EXPECT = {"every step": expectation, "per phase": expected_collectives}
 
 
 def issued(trace: trace_reader.Trace) -> dict[str, Counter]:
@@ -242,6 +256,7 @@ def main(argv=None) -> int:
     param_dtype = None if run.dtype == torch.float32 else run.dtype
     shard(model, mesh, param_dtype=param_dtype, reshard=args.reshard_after_forward,
           prefetch=args.prefetch)  # fmt: skip
+    params = sum(p.numel() for p in model.parameters())  # the whole model's (DTensor sizes)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)  # over this rank's shards
 
     def step():
@@ -252,7 +267,7 @@ def main(argv=None) -> int:
     after = {n: p.full_tensor() for n, p in model.named_parameters()}  # every rank gathers
     if launch.rank == 0:
         before = {n: p.detach() for n, p in fp32_model.named_parameters()}
-        ref_loss, ref_after = training.reference_step(fp32_model, data[0], data[1], lr=LR)
+        ref_loss, ref_after = reference(fp32_model, data[0], data[1], lr=LR)
         precision = "fp32" if param_dtype is None else "fsdp-bf16"
         training.against_reference_step(float(loss) / launch.world, ref_loss, before, after,
                                         ref_after, lr=LR, precision=precision)  # fmt: skip
@@ -309,6 +324,13 @@ def main(argv=None) -> int:
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         print(f"bench (profiler detached, rank 0): one step {measured.us()}")
+        moved = traffic_model(params, world=group.world, reshard=args.reshard_after_forward,
+                              param_bytes=cli.element_size(run))  # fmt: skip
+        if sum(moved.values()):
+            print(f"  each rank's collectives move {ranks.bytes_text(sum(moved.values()))} per "
+                  f"step ({', '.join(f'{k} {ranks.bytes_text(b)}' for k, b in moved.items())}):"
+                  f" hidden only with {sum(moved.values()) / measured.median_s / 1e9:.3g} GB/s "
+                  "of bus bandwidth or more, overlapped with the compute")  # fmt: skip
     return profiling.finish(args, out, as_expected)
 
 
