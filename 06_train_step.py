@@ -182,17 +182,7 @@ def memory_model(args, model: nn.Module) -> dict[str, int]:
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    for flag, default, meaning in (
-        ("--batch", 2, "sequences per batch"),
-        ("--seq", 16, "tokens per sequence"),
-        ("--dim", 64, "model width"),
-        ("--hidden", 128, "MLP width"),
-        ("--heads", 2, "attention heads; they must divide --dim"),
-        ("--layers", 2, "transformer blocks"),
-        ("--vocab", 256, "token ids; the head is [dim, vocab]"),
-    ):
-        parser.add_argument(flag, type=cli.positive_int, default=default,
-                            help=f"{meaning} (default: {default})")  # fmt: skip
+    training.add_model_flags(parser)
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="foreach",
                         help="AdamW's implementation (default: foreach, torch's)")  # fmt: skip
     parser.add_argument("--precision", choices=list(PRECISIONS), default="autocast",

@@ -93,59 +93,41 @@ def train_step(model, optimizer, tokens, targets) -> torch.Tensor:
     return loss.detach()
 
 
-# Guess first: the collectives each phase issues per step, per rank, for N > 1.
-def expected_collectives(layers: int, *, reshard: bool, world: int) -> dict[str, Counter]:
-    groups = layers + 1  # the blocks and the root
+def traffic_model(model: TinyLM, *, world: int, reshard: bool, param_dtype) -> dict[str, int]:
+    """What one rank's collectives move over the link per step, in bytes, nccl-tests' way (each
+    all-gather and reduce-scatter moves (N-1)/N of its whole buffer): every parameter gathered
+    in the forward, again in the backward when resharded, in param_dtype; every gradient
+    reduce-scattered once, in fp32 (reduce_dtype)."""
+    params = sum(p.numel() for p in model.parameters())  # the whole model's (DTensor sizes)
+    share = (world - 1) / world
+    gathers = (2 if reshard else 1) * params * (param_dtype or torch.float32).itemsize
+    reduces = params * torch.float32.itemsize
+    return {"all-gather": round(share * gathers), "reduce-scatter": round(share * reduces)}
+
+
+# Guess first, per rank and recorded step: what every step holds, and the collectives each
+# phase issues. FSDP's groups are the blocks and the root: L + 1.
+def expectation(layers: int, *, reshard: bool, world: int) -> tuple[Expect, dict[str, Counter]]:
+    fsdp = ("FSDP::pre_forward*", "FSDP::post_backward_reduce*")  # at any world size
+    issue = ("FSDP::all_gather*", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_")
     if world == 1:
-        return {phase: Counter() for phase in PHASES}
-    return {
+        why = "one rank: FSDP2 skips its collectives, the compute baseline"
+        none = Expect(gpu={"collective": 0}, cpu_present=(*PHASES, *fsdp), cpu_absent=issue,
+                      why=why)  # fmt: skip
+        return none, {phase: Counter() for phase in PHASES}
+    groups = layers + 1
+    per_phase = {
         "forward": Counter({"all-gather": groups}),
         "backward": Counter({"all-gather": groups if reshard else 0, "reduce-scatter": groups}),
         "optimizer": Counter(),
     }
+    every = Expect(gpu={"collective": sum(sum(c.values()) for c in per_phase.values())},
+                   cpu_present=(*PHASES, *fsdp, *issue),
+                   why="all-gathers and reduce-scatters issued by FSDP's hooks")  # fmt: skip
+    return every, per_phase
 
 
-def traffic_model(params: int, *, world: int, reshard: bool, param_bytes: int) -> dict[str, int]:
-    """What one rank's collectives move over the link per step, in bytes, nccl-tests' way (each
-    all-gather and reduce-scatter moves (N-1)/N of its whole buffer): every parameter gathered
-    in the forward, again in the backward when resharded, in its compute dtype; every gradient
-    reduce-scattered once, in fp32 (reduce_dtype)."""
-    share = (world - 1) / world
-    gathers = (2 if reshard else 1) * params * param_bytes
-    return {"all-gather": round(share * gathers), "reduce-scatter": round(share * params * 4)}
-
-
-FSDP_ROWS = ("FSDP::pre_forward*", "FSDP::post_backward_reduce*")  # any world size
-COLLECTIVE_ROWS = ("FSDP::all_gather*", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_")
-
-
-def expectation(world: int, collectives: int) -> Expect:
-    """What every recorded step of every rank holds, beside the counts per phase."""
-    if world == 1:
-        return Expect(
-            gpu={"collective": 0},
-            cpu_present=(*PHASES, *FSDP_ROWS),
-            cpu_absent=COLLECTIVE_ROWS,
-            why="one rank: FSDP2 skips its collectives, the compute baseline",
-        )
-    return Expect(
-        gpu={"collective": collectives},
-        cpu_present=(*PHASES, *FSDP_ROWS, *COLLECTIVE_ROWS),
-        why="all-gathers and reduce-scatters issued by FSDP's hooks",
-    )
-
-
-EXPECT = {"every step": expectation, "per phase": expected_collectives}
-
-
-def issued(trace: trace_reader.Trace) -> dict[str, Counter]:
-    """Per phase, the collectives the last recorded step issued, by kind (read from the CPU
-    lane: torch's c10d ops, the same on gloo and NCCL)."""
-    found = {}
-    for phase, steps in training.phase_steps(trace, PHASES).items():
-        ops = (*steps[-1].cpu_ops, *steps[-1].other_ops) if steps else ()
-        found[phase] = Counter(kind for _, kind in ranks.issued_collectives(ops))
-    return found
+EXPECT = expectation  # (what every step holds, the collectives per phase), for a run's shape
 
 
 def check_rank(path, expect: Expect, want: dict[str, Counter]) -> tuple[bool, str]:
@@ -157,7 +139,7 @@ def check_rank(path, expect: Expect, want: dict[str, Counter]) -> tuple[bool, st
     lines = [f"  {'ok' if ok else 'MISMATCH':9} {expect.why}"] + [
         f"  MISMATCH  {m}" for m in verdict.mismatches
     ]
-    seen = issued(trace)
+    seen = training.collectives_by_phase(trace, PHASES)
     for phase in PHASES:
         for kind in sorted(set(want[phase]) | set(seen[phase])):
             good = seen[phase][kind] == want[phase][kind]
@@ -178,17 +160,8 @@ def check_rank(path, expect: Expect, want: dict[str, Counter]) -> tuple[bool, st
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    for flag, default, meaning in (
-        ("--batch", 2, "sequences per batch, per rank"),
-        ("--seq", 16, "tokens per sequence"),
-        ("--dim", 64, "model width"),
-        ("--hidden", 128, "MLP width"),
-        ("--heads", 2, "attention heads; they must divide --dim"),
-        ("--layers", 2, "transformer blocks, one FSDP group each"),
-        ("--vocab", 256, "token ids; the head is [dim, vocab]"),
-    ):
-        parser.add_argument(flag, type=cli.positive_int, default=default,
-                            help=f"{meaning} (default: {default})")  # fmt: skip
+    training.add_model_flags(parser, batch="sequences per batch, per rank",
+                             layers="transformer blocks, one FSDP group each")  # fmt: skip
     parser.add_argument("--reshard-after-forward", action=BOOL, default=True,
                         help="free the gathered weights after each forward and gather them "
                         "again for the backward (default: on; off keeps them: more memory, "
@@ -207,33 +180,28 @@ def parse(argv):
     return args
 
 
-def check_shardable(args, world: int) -> None:
-    """FSDP2 cuts every parameter by rows; rows that do not split evenly are padded, and the
-    all-gathers then move padding. The lesson keeps every shard whole and alike."""
-    for flag in ("dim", "hidden", "vocab"):
-        rows = getattr(args, flag)
-        if rows % world:
-            raise cli.UsageError(
-                f"--{flag} {rows} does not shard over {world} ranks: FSDP2 cuts every weight by "
-                f"rows and this model has weights of {rows} rows; choose a multiple of {world}"
-            )
-
-
 def bytes_needed(args, world: int) -> int:
     """In fp32: the whole model as built and its copy for the reference (rank 0), the reference
     step's weights, gradients and AdamW's two states, this rank's shards of the same four;
     activations (per layer about 7 [tokens, dim] and 4 [tokens, hidden] tensors, the logits)
     for this rank's batch and for the reference's N batches."""
-    t, d, h, v = args.batch * args.seq, args.dim, args.hidden, args.vocab
-    params = 2 * v * d + args.layers * (4 * d * d + 3 * d * h + 2 * d) + d
-    acts = (args.layers * (7 * t * d + 4 * t * h) + 3 * t * v) * 4
+    with torch.device("meta"):  # sized, not allocated
+        model = TinyLM(args.vocab, args.dim, args.hidden, args.heads, args.layers)
+    params = sum(p.numel() for p in model.parameters())
+    t = args.batch * args.seq
+    acts = (args.layers * (7 * t * args.dim + 4 * t * args.hidden) + 3 * t * args.vocab) * 4
     return int(params * 4 * (2 + 4 + 4 / world) + acts * (world + 1))
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     launch = torchrun.launched(f"{SCRIPT}.py", argv)  # rank and world size, from torchrun
-    check_shardable(args, launch.world)
+    for flag in ("dim", "hidden", "vocab"):  # uneven rows are padded: the gathers move padding
+        if getattr(args, flag) % launch.world:
+            raise cli.UsageError(
+                f"--{flag} {getattr(args, flag)} does not shard over {launch.world} ranks: FSDP2 "
+                f"cuts every weight by rows (dim 0); choose a multiple of {launch.world}"
+            )
     run = torchrun.resolve(args, launch)  # this rank's GPU (LOCAL_RANK), or the CPU
     shape = f"b{args.batch}_s{args.seq}_d{args.dim}_h{args.hidden}_n{args.heads}_l{args.layers}"
     flags = ("" if args.reshard_after_forward else "_keep") + ("_prefetch" if args.prefetch else "")
@@ -256,7 +224,6 @@ def main(argv=None) -> int:
     param_dtype = None if run.dtype == torch.float32 else run.dtype
     shard(model, mesh, param_dtype=param_dtype, reshard=args.reshard_after_forward,
           prefetch=args.prefetch)  # fmt: skip
-    params = sum(p.numel() for p in model.parameters())  # the whole model's (DTensor sizes)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)  # over this rank's shards
 
     def step():
@@ -305,8 +272,7 @@ def main(argv=None) -> int:
         return 0
 
     profiling.show(table, out, run)
-    want = expected_collectives(args.layers, reshard=args.reshard_after_forward, world=group.world)
-    expect = expectation(group.world, sum(sum(c.values()) for c in want.values()))
+    expect, want = EXPECT(args.layers, reshard=args.reshard_after_forward, world=group.world)
     if group.world == 1:
         print("one rank: FSDP2 skips its all-gathers and reduce-scatters (nothing to gather or "
               "reduce); this run is the compute baseline for N > 1")  # fmt: skip
@@ -324,8 +290,8 @@ def main(argv=None) -> int:
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         print(f"bench (profiler detached, rank 0): one step {measured.us()}")
-        moved = traffic_model(params, world=group.world, reshard=args.reshard_after_forward,
-                              param_bytes=cli.element_size(run))  # fmt: skip
+        moved = traffic_model(model, world=group.world, reshard=args.reshard_after_forward,
+                              param_dtype=param_dtype)  # fmt: skip
         if sum(moved.values()):
             print(f"  each rank's collectives move {ranks.bytes_text(sum(moved.values()))} per "
                   f"step ({', '.join(f'{k} {ranks.bytes_text(b)}' for k, b in moved.items())}):"

@@ -15,10 +15,40 @@ from dataclasses import dataclass
 
 import torch
 
+from common import cli
 from common.check import MismatchError
-from tracereader import intervals
+from tracereader import intervals, ranks
 from tracereader.model import CpuOp, Step, Trace
 from tracereader.render import duration
+
+# The model's shape flags, for every lesson that trains it (06, 07): flag, default, meaning.
+MODEL_FLAGS = (
+    ("--batch", 2, "sequences per batch"),
+    ("--seq", 16, "tokens per sequence"),
+    ("--dim", 64, "model width"),
+    ("--hidden", 128, "MLP width"),
+    ("--heads", 2, "attention heads; they must divide --dim"),
+    ("--layers", 2, "transformer blocks"),
+    ("--vocab", 256, "token ids; the head is [dim, vocab]"),
+)
+
+
+def add_model_flags(parser, **meanings: str) -> None:
+    """MODEL_FLAGS on `parser`; `meanings` rewords a flag's help (batch="... per rank")."""
+    for flag, default, meaning in MODEL_FLAGS:
+        meaning = meanings.get(flag.removeprefix("--"), meaning)
+        parser.add_argument(flag, type=cli.positive_int, default=default,
+                            help=f"{meaning} (default: {default})")  # fmt: skip
+
+
+def collectives_by_phase(trace: Trace, phases: tuple[str, ...]) -> dict[str, Counter]:
+    """Per phase, the collectives the last recorded step issued, by kind (read from the CPU
+    lane, every thread: torch's c10d ops, alike on gloo and NCCL)."""
+    found = {}
+    for phase, steps in phase_steps(trace, phases).items():
+        ops = (*steps[-1].cpu_ops, *steps[-1].other_ops) if steps else ()
+        found[phase] = Counter(kind for _, kind in ranks.issued_collectives(ops))
+    return found
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from common import cli, torchrun
+from common import cli, torchrun, training
 from models import TinyLM
 from tests.helpers import (
     EXTERNAL_TRACES,
@@ -154,7 +154,8 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     assert "all-gather: 18 in all" in text and "reduce-scatter: 9 in all" in text
     for rank in range(2):  # the lesson's count by phase, through the reader
         trace = trace_reader.load(rank_trace(folder, rank))
-        assert lesson.issued(trace) == lesson.expected_collectives(LAYERS, reshard=True, world=2)
+        _, per_phase = lesson.EXPECT(LAYERS, reshard=True, world=2)
+        assert training.collectives_by_phase(trace, lesson.PHASES) == per_phase
 
 
 # --- failures: one line from rank 0, every rank out, nothing left --------------------------
@@ -271,11 +272,11 @@ def test_no_reshard_after_forward_drops_the_backward_all_gathers(reshard, fake_t
     with profile() as prof:  # no schedule: the one step is the recorded window
         lesson.train_step(model, optimizer, tokens, targets)
     prof.export_chrome_trace(str(tmp_path / "rank0.json"))
-    seen = lesson.issued(trace_reader.load(tmp_path / "rank0.json"))
+    seen = training.collectives_by_phase(trace_reader.load(tmp_path / "rank0.json"), lesson.PHASES)
     assert seen["forward"] == Counter({"all-gather": LAYERS + 1})
     assert seen["backward"]["reduce-scatter"] == LAYERS + 1
     assert seen["backward"]["all-gather"] == (LAYERS + 1 if reshard else 0)
-    assert seen == lesson.expected_collectives(LAYERS, reshard=reshard, world=2)
+    assert seen == lesson.EXPECT(LAYERS, reshard=reshard, world=2)[1]
 
 
 def test_the_lesson_shows_its_plan_and_profiler_loop():
@@ -290,8 +291,9 @@ def test_the_lesson_shows_its_plan_and_profiler_loop():
         *PROFILER_CALLS,
     ):
         assert call in source
-    one = lesson.expectation(1, 0)
+    one, per_phase = lesson.EXPECT(LAYERS, reshard=True, world=1)
     assert "c10d::_allgather_base_" in one.cpu_absent and one.gpu["collective"] == 0
+    assert not any(per_phase.values())  # one rank: FSDP2 issues no collective
 
 
 # --- the reader's collective kinds on another project's real FSDP-era trace -----------------
