@@ -25,7 +25,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from common import cli, torchrun, training
+from common import torchrun, training
 from models import TinyLM
 from tests.helpers import (
     EXTERNAL_TRACES,
@@ -231,14 +231,14 @@ def test_without_torchrun_it_says_how_to_launch(monkeypatch, tmp_path, capsys):
 
 
 def test_more_processes_than_gpus_is_refused(monkeypatch, tmp_path, capsys):
+    """Two processes on a machine with one GPU: one line from rank 0, before any work."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     argv = [*SMALL, "--device", "cuda", "--traces-dir", str(tmp_path)]
-    args = lesson.parse(argv)
-    launch = torchrun.Launch(rank=0, world=2, local_rank=0, local_world=2)
-    with pytest.raises(cli.UsageError, match="2 processes on this machine but 1 GPU"):
-        torchrun.resolve(args, launch)
+    code, _ = _in_process(monkeypatch, *argv, rank=0)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("error: 2 processes on this machine but 1 GPU(s)")
     assert check.files_under(tmp_path) == []
 
 
