@@ -10,7 +10,9 @@ The sharding plan: `fully_shard` on each transformer block, then on the root (th
 the final norm and the head); every parameter is cut by rows (dim 0) into N shards, one per
 rank. MixedPrecisionPolicy: the all-gathered parameters are bf16 (what the GEMMs run in), the
 gradients are reduced in fp32, and the optimizer (AdamW) updates fp32 shards. Every rank
-trains on its own batch; the reduce-scatter averages the gradients over the ranks.
+trains on its own batch; the reduce-scatter averages the gradients over the ranks. gloo
+runs the same policy on CPUs (bf16 all-gathers, fp32 reduce-scatters); --dtype fp32 drops
+the casts.
 
 Guess first. Per rank and recorded step, N > 1, with L blocks (L + 1 FSDP groups: the blocks
 and the root):
