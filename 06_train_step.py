@@ -47,13 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.profiler import profile, record_function, schedule
 
 from common import cli, memory, outputs, profiling, training
 from common.measuring import timing, traffic
-from models import GeGLUMLP
+from common.training import reference_step as reference
+from models import TinyLM
 from tracereader import expectations
 from tracereader.expectations import Expect
 
@@ -67,43 +67,6 @@ OPTIMIZERS = {  # AdamW's implementation flags
     "fused": {"fused": True},
 }
 PRECISIONS = {"autocast": torch.float32, "bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention through SDPA, then the GeGLU MLP."""
-
-    def __init__(self, dim: int, hidden: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.attn_norm = nn.RMSNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.out = nn.Linear(dim, dim, bias=False)
-        self.mlp_norm = nn.RMSNorm(dim)
-        self.mlp = GeGLUMLP(dim, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        qkv = self.qkv(self.attn_norm(x)).view(b, s, 3, self.heads, d // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # [batch, heads, seq, head_dim] each
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
-        return x + self.mlp(self.mlp_norm(x))
-
-
-class TinyLM(nn.Module):
-    def __init__(self, vocab: int, dim: int, hidden: int, heads: int, layers: int):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(Block(dim, hidden, heads) for _ in range(layers))
-        self.norm = nn.RMSNorm(dim)
-        self.head = nn.Linear(dim, vocab, bias=False)
-
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.norm(x))
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def autocast(precision: str, device: torch.device):
@@ -126,17 +89,6 @@ def train_step(model, optimizer, tokens, targets, precision: str, mark=None) -> 
         optimizer.zero_grad(set_to_none=True)
     mark("optimizer")
     return loss.detach()
-
-
-def reference(model: nn.Module, tokens, targets) -> tuple[float, dict[str, torch.Tensor]]:
-    """One float32 step from the same weights, eager, AdamW's plain for-loop: the loss and the
-    updated weights."""
-    model = copy.deepcopy(model).float()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=False)
-    loss = model(tokens, targets)
-    loss.backward()
-    optimizer.step()
-    return loss.item(), {n: p.detach() for n, p in model.named_parameters()}
 
 
 @dataclass(frozen=True)
@@ -240,17 +192,7 @@ def memory_model(args, model: nn.Module, on_gpu: bool) -> dict[str, int]:
 
 def parse(argv):
     parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
-    for flag, default, meaning in (
-        ("--batch", 2, "sequences per batch"),
-        ("--seq", 16, "tokens per sequence"),
-        ("--dim", 64, "model width"),
-        ("--hidden", 128, "MLP width"),
-        ("--heads", 2, "attention heads; they must divide --dim"),
-        ("--layers", 2, "transformer blocks"),
-        ("--vocab", 256, "token ids; the head is [dim, vocab]"),
-    ):
-        parser.add_argument(flag, type=cli.positive_int, default=default,
-                            help=f"{meaning} (default: {default})")  # fmt: skip
+    training.add_model_flags(parser)
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="foreach",
                         help="AdamW's implementation (default: foreach, torch's)")  # fmt: skip
     parser.add_argument("--precision", choices=list(PRECISIONS), default="autocast",
@@ -306,7 +248,7 @@ def main(argv=None) -> int:
 
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     loss = profiling.warm_up(step, run, calls=1, compiling=args.compile)
-    ref_loss, ref_after = reference(fp32_model, tokens, targets)
+    ref_loss, ref_after = reference(fp32_model, tokens, targets, lr=LR)
     after = dict(model.named_parameters())
     training.against_reference_step(
         float(loss), ref_loss, before, after, ref_after, lr=LR, precision=args.precision

@@ -27,6 +27,43 @@ class GeGLUMLP(nn.Module):
         return self.down_proj(m)
 
 
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention through SDPA, then the GeGLU MLP."""
+
+    def __init__(self, dim: int, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.attn_norm = nn.RMSNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+        self.mlp_norm = nn.RMSNorm(dim)
+        self.mlp = GeGLUMLP(dim, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        qkv = self.qkv(self.attn_norm(x)).view(b, s, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # [batch, heads, seq, head_dim] each
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab: int, dim: int, hidden: int, heads: int, layers: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, hidden, heads) for _ in range(layers))
+        self.norm = nn.RMSNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
 def geglu_reference(x: torch.Tensor, mlp: nn.Module) -> torch.Tensor:
     """What a GeGLU MLP must compute, in float32, from any module with gate_proj, up_proj and
     down_proj weights (GeGLUMLP, Liger's LigerGEGLUMLP)."""

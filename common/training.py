@@ -8,16 +8,47 @@ thread, so an op of another thread belongs to the phase whose range holds its st
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from dataclasses import dataclass
 
 import torch
 
+from common import cli
 from common.check import MismatchError
-from tracereader import intervals
+from tracereader import intervals, ranks
 from tracereader.model import CpuOp, Step, Trace
 from tracereader.render import duration
+
+# The model's shape flags, for every lesson that trains it (06, 07): flag, default, meaning.
+MODEL_FLAGS = (
+    ("--batch", 2, "sequences per batch"),
+    ("--seq", 16, "tokens per sequence"),
+    ("--dim", 64, "model width"),
+    ("--hidden", 128, "MLP width"),
+    ("--heads", 2, "attention heads; they must divide --dim"),
+    ("--layers", 2, "transformer blocks"),
+    ("--vocab", 256, "token ids; the head is [dim, vocab]"),
+)
+
+
+def add_model_flags(parser, **meanings: str) -> None:
+    """MODEL_FLAGS on `parser`; `meanings` rewords a flag's help (batch="... per rank")."""
+    for flag, default, meaning in MODEL_FLAGS:
+        meaning = meanings.get(flag.removeprefix("--"), meaning)
+        parser.add_argument(flag, type=cli.positive_int, default=default,
+                            help=f"{meaning} (default: {default})")  # fmt: skip
+
+
+def collectives_by_phase(trace: Trace, phases: tuple[str, ...]) -> dict[str, Counter]:
+    """Per phase, the collectives the last recorded step issued, by kind (read from the CPU
+    lane, every thread: torch's c10d ops, alike on gloo and NCCL)."""
+    found = {}
+    for phase, steps in phase_steps(trace, phases).items():
+        ops = (*steps[-1].cpu_ops, *steps[-1].other_ops) if steps else ()
+        found[phase] = Counter(kind for _, kind in ranks.issued_collectives(ops))
+    return found
 
 
 @dataclass(frozen=True)
@@ -37,6 +68,12 @@ STEP_BUDGETS = {
     ),  # fmt: skip
     "autocast": StepBudget(
         2e-2, 2e-2, "bf16 GEMMs keep 8 bits: small gradients can round across 0"
+    ),  # fmt: skip
+    "fsdp-bf16": StepBudget(
+        3e-2,
+        5e-2,
+        "FSDP's bf16 parameters: every op computes in bf16 (not only the GEMMs, as under "
+        "autocast), gradients reduced and weights kept in fp32",
     ),  # fmt: skip
     "bf16": StepBudget(
         3e-2,
@@ -83,6 +120,17 @@ def against_reference_step(
     if share > budget.off:
         raise MismatchError(f"{share:.2%} of the weights stepped unlike the reference step")
     return share
+
+
+def reference_step(model, tokens, targets, *, lr: float) -> tuple[float, dict[str, torch.Tensor]]:
+    """One float32 step from the same weights, eager, AdamW's plain for-loop: the loss and the
+    updated weights (a copy of `model` takes the step; `model` is left as it was)."""
+    model = copy.deepcopy(model).float()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
+    loss = model(tokens, targets)
+    loss.backward()
+    optimizer.step()
+    return loss.item(), {n: p.detach() for n, p in model.named_parameters()}
 
 
 def _holder(op: CpuOp, phases: tuple[str, ...], spans: list[tuple[str, float, float]]):

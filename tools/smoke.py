@@ -91,6 +91,7 @@ def runs(shapes: str, on_gpu: bool) -> list[Run]:
             Run("04_b_inplace_ops_attention", (*s["04"], *mode)),
             Run("05_tp_mlp", (*s["03"], *mode), torchrun=True),
             Run("06_train_step", (*s["06"], *mode)),
+            Run("07_fsdp_train", (*s["06"], *mode), torchrun=True),
         ]
     plan += [
         Run("04_c_sdpa_attention", (*s["04"], "--backend", "all")),

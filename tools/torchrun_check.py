@@ -29,12 +29,13 @@ SHAPE = ["--batch", "4", "--seq", "64", "--dim", "256", "--hidden", "1536"]  # s
 LAUNCH_TIMEOUT_S = 600
 
 
-def launch_command(logs: Path, nproc: int, *argv: str) -> list[str]:
-    """torchrun running 05_tp_mlp.py on `nproc` ranks, each rank's output in its own files."""
+def launch_command(logs: Path, nproc: int, *argv: str, script: str = "05_tp_mlp.py") -> list[str]:
+    """torchrun running a lesson (05_tp_mlp.py) on `nproc` ranks, each rank's output in its
+    own files."""
     return [
         *(sys.executable, "-m", "torch.distributed.run", "--standalone"),
         *("--nproc-per-node", str(nproc), "--log-dir", str(logs), "--redirects", "3"),
-        str(ROOT / "05_tp_mlp.py"),
+        str(ROOT / script),
         *argv,
     ]
 

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from tracereader import caches as jsoncache
 from tracereader.analyses import collectives as coll
-from tracereader.load import GpuItem, Step, Trace, TraceError, load
+from tracereader.load import CpuOp, GpuItem, Step, Trace, TraceError, load
 from tracereader.render import cell
 
 # A rank's trace, named the ways jobs name them: the lessons' `<stem>_rank<r>.json`, HTA's
@@ -221,13 +221,12 @@ def _size(shape, dtype) -> tuple[int, str] | None:
 
 
 def _op_bytes(op) -> tuple[int, str] | None:
-    """The first tensor input an op recorded (dims and type), as (bytes, 'type [dims]')."""
+    """The largest tensor input an op recorded (dims and type), as (bytes, 'type [dims]'):
+    a collective's whole buffer, as analyses.collectives counts it (all-gather's output,
+    reduce-scatter's input: c10d's ops take the output first)."""
     dims, types = op.args.get("Input Dims"), op.args.get("Input type")
-    for shape, dtype in zip(dims or (), types or (), strict=False):
-        found = _size(shape, dtype)
-        if found:
-            return found
-    return None
+    sizes = [_size(shape, dtype) for shape, dtype in zip(dims or (), types or (), strict=False)]
+    return max((found for found in sizes if found), default=None, key=lambda f: f[0])
 
 
 def collective_bytes(item: GpuItem) -> tuple[int, str] | None:
@@ -265,16 +264,27 @@ def _collective(name: str, ts: float, dur: float, size: tuple[int, str] | None) 
     return Collective(name, ts, dur, size[0] if size else None, size[1] if size else "")
 
 
+def issued_collectives(ops) -> list[tuple[CpuOp, str]]:
+    """The collectives a thread's ops issued, each with its kind: one per nest of collective
+    ops, its outermost op, unless a wait (which belongs to the collective issued before it)."""
+    found = []
+    for op in ops:
+        # gloo:* ops are gloo's worker threads carrying out what a c10d op issued
+        if not COLLECTIVE_OP.match(op.name) or "wait" in op.name or op.name.startswith("gloo:"):
+            continue
+        if op.parent is None or not COLLECTIVE_OP.match(op.parent.name):
+            found.append((op, coll.kind_of(op.name)))
+    return found
+
+
 def _cpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     ops = [op for op in step.cpu_ops if COLLECTIVE_OP.match(op.name)]
     comm = _length(_measure([(op.ts, op.end) for op in ops]))
-    # One entry per collective issued: the outermost collective op of each nest that is not
-    # a wait (the wait belongs to the collective issued before it).
     collectives = []
-    for op in ops:
-        outer = op.parent is None or not COLLECTIVE_OP.match(op.parent.name)
-        if outer and "wait" not in op.name:
-            collectives.append(_collective(op.name, base + op.ts, op.dur, _op_bytes(op)))
+    for op, kind in issued_collectives(step.cpu_ops):
+        found = _collective(op.name, base + op.ts, op.dur, _op_bytes(op))
+        found.kind = kind
+        collectives.append(found)
     return RankStep(
         name=step.name,
         ts=base + step.ts,
@@ -603,15 +613,21 @@ def text(result: dict) -> str:
             + (" (one rank: nothing to reduce)" if result["world"] == 1 else "")
         )
     else:
-        lines.append(
-            f"collectives: {per_step} per step, {bytes_text(coll['bytes'])} each"
-            + (f" ({coll['shape']})" if coll["shape"] else "")
-        )
+        kinds = len(result.get("by_kind", []))
+        if kinds > 1:  # FSDP's all-gathers and reduce-scatters: sizes and bandwidth per kind
+            lines.append(f"collectives: {per_step} per step, of {kinds} kinds (each below)")
+        else:
+            lines.append(
+                f"collectives: {per_step} per step, {bytes_text(coll['bytes'])} each"
+                + (f" ({coll['shape']})" if coll["shape"] else "")
+            )
         if not on_gpu:
             lines.append(
                 "  no bandwidth from a CPU trace: gloo reduces on a thread of its own, which "
                 "this reading does not see; comm above is the calling thread's issue + wait"
             )
+        elif kinds > 1:
+            pass  # one median over kinds would mean nothing
         elif coll["bus_GBps"] is not None:
             line = (
                 f"  transfer (the last rank's kernel) median {cell(coll['transfer_us'])} us -> "

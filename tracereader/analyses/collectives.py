@@ -59,9 +59,26 @@ KINDS = (
 )
 
 
+# The CPU ops that issue a collective, whose names say which (nccl:_all_gather_base, ...)
+ISSUING_OP = ("nccl:", "gloo:", "c10d::", "_c10d_functional::", "c10d_functional::")
+
+
 def kind(item: GpuItem) -> str:
-    found = _record(item)
-    text = f"{found.get('Collective name', '')} {item.name}"
+    """torch's record of the collective, else the op that issued it, else the kernel's name:
+    NCCL runs some collectives as ncclKernel_SendRecv_* (seen for all-gathers, reduce-scatters
+    and all-reduces in a 16-rank A100 trace), so its name alone can mislead."""
+    found = _record(item).get("Collective name")
+    if found:
+        return kind_of(found)
+    for op in ancestors(item.launcher):
+        if op.name.startswith(ISSUING_OP) and kind_of(op.name) != "other":
+            return kind_of(op.name)
+    return kind_of(item.name)
+
+
+def kind_of(text: str) -> str:
+    """The kind a collective's name says (a kernel's, torch's record, a c10d op's:
+    c10d::_allgather_base_, c10d::_reduce_scatter_base_, gloo:all_reduce)."""
     for name, pattern, _ in KINDS:
         if pattern.search(text):
             return name

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU runs of 07_fsdp_train (issue 18) at the documented GPU shape (Llama-like, 8 blocks),
+# each with --strict --bench: at N=1 the compute baseline (FSDP2 issues no collective), eager
+# and compiled; at N>1 (a machine with N GPUs) also --no-reshard-after-forward and --prefetch.
+# Logs, versions and traces go to OUT_DIR; each run's checks and readings are printed.
+#   bash tools/fsdp_gpu.sh OUT_DIR            # N=1, one GPU
+#   bash tools/fsdp_gpu.sh OUT_DIR 2          # N=2 (likewise 4, 8)      (PYTHON=python3 without uv)
+set -u
+out=${1:?usage: tools/fsdp_gpu.sh OUT_DIR [RANKS]}
+n=${2:-1}
+py=${PYTHON:-uv run python}
+shape="--batch 4 --seq 2048 --dim 2048 --hidden 5632 --heads 16 --layers 8 --vocab 32000"
+mkdir -p "$out"
+$py -c "import torch; print(torch.cuda.get_device_name(), torch.cuda.device_count(), 'GPUs', torch.__version__, torch.version.cuda)" > "$out/versions.txt" 2>&1
+date -u +%Y-%m-%dT%H:%MZ >> "$out/versions.txt"
+cases=("eager:" "compile:--compile")
+if [ "$n" -gt 1 ]; then
+    cases+=("keep:--no-reshard-after-forward" "prefetch:--prefetch")
+fi
+failed=0
+for case in "${cases[@]}"; do
+    name=${case%%:*}
+    flags=${case#*:}
+    log="$out/n${n}_${name}.log"
+    $py -m torch.distributed.run --standalone --nproc-per-node "$n" 07_fsdp_train.py $shape \
+        $flags --bench --strict --gzip --traces-dir "$out/traces" > "$log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && failed=1
+    echo "=== N=$n $name: exit $rc"
+    grep -E "correctness|^(forward|backward|optimizer):|MISMATCH|^rank [0-9]+:|per step|^ +[0-9]+ +[0-9.]+|skew|all-gather:|reduce-scatter:|bench|memory|error" "$log"
+done
+cat "$out/versions.txt"
+exit $failed
