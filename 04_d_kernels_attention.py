@@ -12,16 +12,21 @@ Guess first. Per recorded step, on a GPU:
   GEMM, no softmax kernel. The CPU lane shows the kernel's own custom op instead of
   aten::scaled_dot_product_attention and its transposes. Put it next to
   `04_c_sdpa_attention.py --backend flash`: the difference is the code around the kernel.
+FlashAttention-4, where it answers, is one CuTe-DSL kernel too (kernel_cutlass_kernel_flash_attn...
+on Hopper), JIT-compiled on the first call (seconds, in the warm-up).
 --variant fa3, on Hopper (compute capability 9.x) only: kernels-community/flash-attn3, the
 FlashAttention-3 build for Hopper's asynchronous Tensor-core instructions, called the same way.
 FlashAttention is CUDA code for bf16 and fp16, so this script needs a CUDA GPU; on a CPU it
 says so in one line (04_c --backend flash runs the CPU counterpart).
 
-Where the kernel comes from: the Hub, as in the post; with HF_HUB_OFFLINE=1, your Hub cache;
-with LOCAL_KERNELS="kernels-community/flash-attn2=/path/to/repo", a local copy of the kernel
-repository. The run says which answered. PyPI offers no stand-in: the flash-attn package is
-published as source only (its build compiles CUDA with nvcc for your exact torch), so when
-none of the three answers, the run says how to get the kernel and stops, writing nothing.
+Where the kernel comes from, first that answers: LOCAL_KERNELS="kernels-community/flash-attn2=
+/path/to/repo" (a local copy of the kernel repository); the Hub, as in the post; your Hub cache
+(with HF_HUB_OFFLINE=1, or when the Hub does not answer); then FlashAttention-4 where it is
+installed (`uv sync --extra hopper`: flash-attn-4, CuTe DSL kernels that JIT-compile on the
+GPU; `flash_attn.cute.flash_attn_func`, same layout, returns (out, lse); SM90, and forward on
+SM80). The run says which answered. The flash-attn package on PyPI is source only (its build
+compiles CUDA with nvcc for your exact torch), so when none answers, the run says how to get a
+kernel and stops, writing nothing.
 
 --compile is refused: the kernel is already one hand-written fusion; Dynamo would only wrap it.
 
@@ -30,6 +35,7 @@ none of the three answers, the run says how to get the kernel and stops, writing
 """
 
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 import torch
 from kernels import get_kernel
@@ -52,9 +58,15 @@ VARIANTS = {
     "fa3": ("kernels-community/flash-attn3", 1),
 }
 NO_PYPI = (
-    "PyPI has no ready-built FlashAttention to fall back on (flash-attn is published as "
-    "source that compiles with nvcc)"
+    "PyPI has no ready-built FlashAttention-2 or -3 to fall back on (flash-attn is published as "
+    "source that compiles with nvcc), and FlashAttention-4 (flash-attn-4, `uv sync --extra "
+    "hopper`) {fa4}"
 )
+LABELS = {
+    "fa2": "FlashAttention-2 fwd",
+    "fa3": "FlashAttention-3 fwd",
+    "fa4": "FlashAttention-4 fwd",
+}
 
 
 def fetch_flash_attn_func(variant: str):
@@ -64,13 +76,39 @@ def fetch_flash_attn_func(variant: str):
 
 
 def load_flash_attn_func(variant: str):
-    """(flash_attn_func, where it came from); one line and exit 2 when no source answers."""
+    """(flash_attn_func, where it came from, which FlashAttention); one line and exit 2 when
+    no source answers."""
     repo_id = VARIANTS[variant][0]
-    return kernel_source.load(
-        lambda: fetch_flash_attn_func(variant),
+    fetched, source = kernel_source.load(
+        lambda: ("hub", fetch_flash_attn_func(variant)),
         repo_id,
-        fallback=kernel_source.no_fallback(repo_id, NO_PYPI),
+        fallback=lambda reason: fa4_instead(repo_id, reason),
     )
+    which, func = fetched
+    if which == "hub":
+        return func, f"{source} (version {VARIANTS[variant][1]})", variant
+    return func, source, "fa4"
+
+
+def fa4_instead(repo_id: str, reason: str):
+    """FlashAttention-4's flash_attn_func when flash-attn-4 imports, else the one-line refusal."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError:
+        why = NO_PYPI.format(fa4="is not installed")
+        return kernel_source.no_fallback(repo_id, why)(reason)
+    except Exception as err:  # installed, but e.g. the CuTe DSL's CUDA library is missing
+        why = NO_PYPI.format(fa4=f"is installed but does not import: {cli.one_line(err, 200)}")
+        return kernel_source.no_fallback(repo_id, why)(reason)
+    try:
+        release = f"flash-attn-4 {version('flash-attn-4')}"
+    except PackageNotFoundError:
+        release = "flash_attn.cute (no flash-attn-4 distribution found)"
+    source = (
+        f"flash_attn.cute.flash_attn_func from {release} (FlashAttention-4), because "
+        f"{repo_id} could not be loaded ({reason})"
+    )
+    return ("fa4", flash_attn_func), source
 
 
 def flash_attention(flash_attn_func, q, k, v) -> torch.Tensor:
@@ -94,10 +132,10 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: shapes.AttentionSizes, elt: int, variant: str) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, which: str) -> list[traffic.Kernel]:
     """q, k, v read once, the output written once; the causal kernel skips the key blocks
     above the diagonal, so half of the naive GEMMs' 4*B*H*S^2*D FLOPs."""
-    label = {"fa2": "FlashAttention-2 fwd", "fa3": "FlashAttention-3 fwd"}[variant]
+    label = LABELS[which]
     return [
         traffic.fused_attention(
             label, sizes.batch_heads, sizes.seq, sizes.head_dim, elt, causal=True
@@ -151,8 +189,8 @@ def main(argv=None) -> int:
         gzip=args.gzip,
     )
 
-    flash_attn_func, source = load_flash_attn_func(args.variant)
-    print(f"kernels: {source} (version {VARIANTS[args.variant][1]})")
+    flash_attn_func, source, which = load_flash_attn_func(args.variant)
+    print(f"flash_attn_func: {source}")
     # [batch, seq, heads, head_dim]: seq and heads swapped against SDPA's layout.
     shape = (args.batch, args.seq, args.heads, args.head_dim)
     q, k, v = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))
@@ -185,7 +223,7 @@ def main(argv=None) -> int:
 
     seen = profiling.look(out, EXPECT["eager"])
     if args.bench:
-        model = traffic_model(shapes.attention_sizes(args), q.element_size(), args.variant)
+        model = traffic_model(shapes.attention_sizes(args), q.element_size(), which)
         with torch.no_grad():
             bench.report(
                 lambda: flash_attention(flash_attn_func, q, k, v),
