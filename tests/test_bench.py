@@ -458,8 +458,7 @@ def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys
     out = capsys.readouterr().out
     assert (
         "note: no CUDA GPU: the liger, fused, cuda-graph, fused-graph and quack variants are "
-        "skipped"
-        in out
+        "skipped" in out
     )
     rows = read_rows(tmp_path)
     assert [r["variant"] for r in rows] == [
