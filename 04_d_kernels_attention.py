@@ -38,7 +38,6 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 import torch
-from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, kernel_source, outputs, profiling, shapes
@@ -70,6 +69,10 @@ LABELS = {
 
 
 def fetch_flash_attn_func(variant: str):
+    # Imported here, so that a machine without the kernels library still reaches the next
+    # source (FlashAttention-4): the import's failure is the Hub's reason, printed.
+    from kernels import get_kernel
+
     # The post's line: a pre-built kernel package, version-pinned, downloaded once and cached.
     repo_id, version = VARIANTS[variant]
     return get_kernel(repo_id, version=version).flash_attn_func
