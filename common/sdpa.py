@@ -201,7 +201,8 @@ def finish_all(results: list[Result], args, run: Run, shape: str) -> int:
 def host_time(trace, annotation: str, top: int = 6) -> str:
     """Where one forward's CPU time goes, inside the annotated region: each op's self time
     (its duration less the ops and runtime calls nested in it) and each runtime call's,
-    summed by name per step, medians over the recorded steps; the largest `top` as lines."""
+    summed by name per step, means over the recorded steps (means, so that the parts add up
+    to the whole); the largest `top` as lines."""
     per_step: list[dict[str, float]] = []
     totals = []
     for step in trace.steps:
@@ -231,8 +232,11 @@ def host_time(trace, annotation: str, top: int = 6) -> str:
     if not per_step:
         return f"host time: no {annotation} region recorded"
     names = {name for spent in per_step for name in spent}
-    medians = {n: statistics.median(s.get(n, 0.0) for s in per_step) for n in names}
-    lines = [f"host time per forward: {statistics.median(totals):.1f} us in {annotation}, of it"]
-    for name in sorted(medians, key=medians.__getitem__, reverse=True)[:top]:
-        lines.append(f"  {medians[name]:8.1f} us  {name}")
+    means = {n: statistics.fmean(s.get(n, 0.0) for s in per_step) for n in names}
+    lines = [
+        f"host time per forward: {statistics.fmean(totals):.1f} us in {annotation} "
+        f"(mean of {len(per_step)} steps), of it"
+    ]
+    for name in sorted(means, key=means.__getitem__, reverse=True)[:top]:
+        lines.append(f"  {means[name]:8.1f} us  {name}")
     return "\n".join(lines)
