@@ -35,9 +35,9 @@ kernel and stops, writing nothing.
 """
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 import torch
+from kernels import get_kernel
 from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, kernel_source, outputs, profiling, shapes
@@ -58,8 +58,7 @@ VARIANTS = {
 }
 NO_PYPI = (
     "PyPI has no ready-built FlashAttention-2 or -3 to fall back on (flash-attn is published as "
-    "source that compiles with nvcc), and FlashAttention-4 (flash-attn-4, `uv sync --extra "
-    "hopper`) {fa4}"
+    "source that compiles with nvcc)"
 )
 LABELS = {
     "fa2": "FlashAttention-2 fwd",
@@ -69,49 +68,19 @@ LABELS = {
 
 
 def fetch_flash_attn_func(variant: str):
-    # Imported here, so that a machine without the kernels library still reaches the next
-    # source (FlashAttention-4): the import's failure is the Hub's reason, printed.
-    from kernels import get_kernel
-
     # The post's line: a pre-built kernel package, version-pinned, downloaded once and cached.
     repo_id, version = VARIANTS[variant]
     return get_kernel(repo_id, version=version).flash_attn_func
 
 
 def load_flash_attn_func(variant: str):
-    """(flash_attn_func, where it came from, which FlashAttention); one line and exit 2 when
-    no source answers."""
+    """(flash_attn_func, where it came from); one line and exit 2 when no source answers."""
     repo_id = VARIANTS[variant][0]
-    fetched, source = kernel_source.load(
-        lambda: ("hub", fetch_flash_attn_func(variant)),
+    return kernel_source.load(
+        lambda: fetch_flash_attn_func(variant),
         repo_id,
-        fallback=lambda reason: fa4_instead(repo_id, reason),
+        fallback=kernel_source.flash_attn_4(repo_id, NO_PYPI),
     )
-    which, func = fetched
-    if which == "hub":
-        return func, f"{source} (version {VARIANTS[variant][1]})", variant
-    return func, source, "fa4"
-
-
-def fa4_instead(repo_id: str, reason: str):
-    """FlashAttention-4's flash_attn_func when flash-attn-4 imports, else the one-line refusal."""
-    try:
-        from flash_attn.cute import flash_attn_func
-    except ImportError:
-        why = NO_PYPI.format(fa4="is not installed")
-        return kernel_source.no_fallback(repo_id, why)(reason)
-    except Exception as err:  # installed, but e.g. the CuTe DSL's CUDA library is missing
-        why = NO_PYPI.format(fa4=f"is installed but does not import: {cli.one_line(err, 200)}")
-        return kernel_source.no_fallback(repo_id, why)(reason)
-    try:
-        release = f"flash-attn-4 {version('flash-attn-4')}"
-    except PackageNotFoundError:
-        release = "flash_attn.cute (no flash-attn-4 distribution found)"
-    source = (
-        f"flash_attn.cute.flash_attn_func from {release} (FlashAttention-4), because "
-        f"{repo_id} could not be loaded ({reason})"
-    )
-    return ("fa4", flash_attn_func), source
 
 
 def flash_attention(flash_attn_func, q, k, v) -> torch.Tensor:
@@ -192,8 +161,11 @@ def main(argv=None) -> int:
         gzip=args.gzip,
     )
 
-    flash_attn_func, source, which = load_flash_attn_func(args.variant)
-    print(f"flash_attn_func: {source}")
+    flash_attn_func, source = load_flash_attn_func(args.variant)
+    # fa4 where FlashAttention-4 answered (its function lives in flash_attn.cute), else the Hub's
+    which = "fa4" if flash_attn_func.__module__.startswith("flash_attn.cute") else args.variant
+    pinned = "" if which == "fa4" else f" (version {VARIANTS[args.variant][1]})"
+    print(f"flash_attn_func: {source}{pinned}")
     # [batch, seq, heads, head_dim]: seq and heads swapped against SDPA's layout.
     shape = (args.batch, args.seq, args.heads, args.head_dim)
     q, k, v = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))

@@ -131,6 +131,32 @@ def no_fallback(repo_id: str, why: str) -> Callable[[str], tuple]:
     return refuse
 
 
+def flash_attn_4(repo_id: str, why: str) -> Callable[[str], tuple]:
+    """A fallback for FlashAttention: FlashAttention-4's flash_attn_func (flash-attn-4: CuTe DSL
+    kernels, JIT-compiled on the GPU, q, k, v in [batch, seq, heads, head_dim], returns
+    (out, lse)) where `flash_attn.cute` imports, else no_fallback's one line."""
+
+    def fall_back(reason: str) -> tuple:
+        missing = "FlashAttention-4 (flash-attn-4, `uv sync --extra hopper`) is not installed"
+        try:
+            from flash_attn.cute import flash_attn_func
+        except ImportError:
+            return no_fallback(repo_id, f"{why}; {missing}")(reason)
+        except Exception as err:  # installed, but e.g. the CuTe DSL's CUDA library is missing
+            broken = f"FlashAttention-4 is installed but does not import: {one_line(err, 200)}"
+            return no_fallback(repo_id, f"{why}; {broken}")(reason)
+        try:
+            release = f"flash-attn-4 {version('flash-attn-4')}"
+        except PackageNotFoundError:
+            release = "flash_attn.cute (no flash-attn-4 distribution found)"
+        return flash_attn_func, (
+            f"flash_attn.cute.flash_attn_func from {release} (FlashAttention-4), because "
+            f"{repo_id} could not be loaded ({reason})"
+        )
+
+    return fall_back
+
+
 def _liger_from_pypi(repo_id: str, reason: str) -> tuple[ModuleType, str]:
     try:
         from liger_kernel.transformers.geglu import LigerGEGLUMLP

@@ -18,6 +18,7 @@ if "--fake-fa4" in sys.argv:
         raise NotImplementedError("a stand-in: only its origin is checked")
 
     flash_attn_func.ORIGIN = "fake-flash-attn-4"
+    flash_attn_func.__module__ = "flash_attn.cute.interface"  # where the real one is defined
     cute.flash_attn_func = flash_attn_func
     package = ModuleType("flash_attn")
     package.__path__ = []
@@ -27,10 +28,10 @@ if "--fake-fa4" in sys.argv:
 script = load_script("04_d_kernels_attention")
 variant = sys.argv[1] if len(sys.argv) > 1 else "fa2"
 try:
-    flash_attn_func, source, which = script.load_flash_attn_func(variant)
+    flash_attn_func, source = script.load_flash_attn_func(variant)
 except UsageError as err:
     print(f"REFUSED {err}")
 else:
     print(f"SOURCE {source}")
-    print(f"WHICH {which}")
+    print(f"MODULE {flash_attn_func.__module__}")
     print(f"ORIGIN {getattr(flash_attn_func, 'ORIGIN', flash_attn_func.__module__)}")

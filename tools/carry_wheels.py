@@ -49,6 +49,9 @@ WHEELS = (
     "flash-attn-4==4.0.0b36",
     "apache-tvm-ffi==0.1.15.post2",
     "torch-c-dlpack-ext==0.1.5",
+    # Not in the GPU image either: the kernels library, which 04_d imports (as the post does).
+    "kernels==0.17.2",
+    "tomlkit==0.15.2",
 )
 # Installed into a target of its own: two versions of one package in one target break it.
 SIDE_WHEELS = {"fa4b18": "flash-attn-4==4.0.0b18"}
