@@ -327,7 +327,11 @@ def main(argv=None) -> int:
         return profiling.finish(args, result.out, result.as_expected)
 
     results = []
-    ready = [b for b in FA4_BACKENDS if fa4_unavailable(b, run) is None]
+    why_not = {b: fa4_unavailable(b, run) for b in FA4_BACKENDS}
+    ready = [b for b, why in why_not.items() if why is None]
+    for backend, why in why_not.items():
+        if why and run.on_gpu:  # on a CPU, FA4 is no candidate at all
+            print(f"note: --backend all leaves out {backend}: {why}")
     for backend in [*BACKENDS, *ready]:
         print(f"\n=== backend: {backend} ===")
         profile_one = lambda b=backend: profile_backend(b, args, run, q, k, v, ref)  # noqa: E731
