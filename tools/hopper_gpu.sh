@@ -4,7 +4,8 @@
 # shape and at seq 4096 / head_dim 128, 04_d with FA4 as its source, 03_fused_mlp --bench beside
 # QuACK, tools/tune_fused_mlp.py with QuACK at the post's shape and a Llama-sized one, and two
 # small FA4 traces for fixtures. Every log and trace goes into OUT_DIR/hopper_gpu.tar.gz; a
-# step that fails is reported and the next one runs. About 6-8 minutes, most of it compiles.
+# step that fails is reported and the next one runs. attention: about 5 minutes, mlp: about 6
+# (most of it compiles and QuACK's autotuning): one call each where a call is limited to 10.
 #   bash tools/hopper_gpu.sh OUT_DIR [attention|mlp|all]       (PYTHON, SITE: see below)
 set -u
 out=${1:?usage: tools/hopper_gpu.sh OUT_DIR [attention|mlp|all]}
@@ -58,13 +59,14 @@ attn="--batch 8 --heads 16 --seq 1024 --head_dim 64"
 long="--batch 4 --heads 16 --seq 4096 --head_dim 128"
 small="--batch 1 --heads 2 --seq 256 --head_dim 64 --active 1 --gzip"
 if [ "$what" != mlp ]; then
-    # One table per shape: cuDNN, SDPA's FA2, efficient, math, FA4 direct and routed (b18 on
-    # torch 2.11); then FA4 direct with b36 and the routed call on its own, with --bench.
+    # One table per shape: cuDNN, SDPA's FA2, efficient, math, FA4 direct and routed (b18, for
+    # torch 2.11's route). Then, with --bench, direct against routed at the post's shape with
+    # the same FA4 (b18: where the routed call's host time goes), and b36 direct at 4096/128.
     step 04c_all_post "$b18" 240 $py 04_c_sdpa_attention.py $attn --backend all --gzip --traces-dir "$traces"
     step 04c_all_long "$b18" 240 $py 04_c_sdpa_attention.py $long --backend all --gzip --traces-dir "$traces"
-    step 04c_fa4_post "$b36" 120 $py 04_c_sdpa_attention.py $attn --backend fa4 --bench --gzip --traces-dir "$traces/b36"
-    step 04c_fa4_long "$b36" 120 $py 04_c_sdpa_attention.py $long --backend fa4 --bench --gzip --traces-dir "$traces/b36"
+    step 04c_fa4_post "$b18" 120 $py 04_c_sdpa_attention.py $attn --backend fa4 --bench --gzip --traces-dir "$traces/b18"
     step 04c_routed_post "$b18" 120 $py 04_c_sdpa_attention.py $attn --backend fa4-sdpa --bench --gzip --traces-dir "$traces/b18"
+    step 04c_fa4_long "$b36" 120 $py 04_c_sdpa_attention.py $long --backend fa4 --bench --gzip --traces-dir "$traces/b36"
     step 04d_fa4_post "$b36" 120 $py 04_d_kernels_attention.py $attn --bench --strict --gzip --traces-dir "$traces"
     # Small traces for tests/fixtures (the reader's FA4 names, the EXPECTs on them).
     step 04d_fa4_small "$b36" 120 $py 04_d_kernels_attention.py $small --strict --traces-dir "$traces/fixture"
