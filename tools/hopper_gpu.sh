@@ -3,7 +3,7 @@
 # wheel set under SITE: FlashAttention-4 in 04_c (direct and routed through SDPA) at the post's
 # shape and at seq 4096 / head_dim 128, 04_d with FA4 as its source, 03_fused_mlp --bench beside
 # QuACK, tools/tune_fused_mlp.py with QuACK at the post's shape and a Llama-sized one, and two
-# small FA4 traces for fixtures. Every log and trace goes into OUT_DIR/hopper_gpu.tar.gz; a
+# small FA4 traces for fixtures. Every log and trace goes into OUT_DIR/hopper_gpu_${what}.tar.gz; a
 # step that fails is reported and the next one runs. attention: about 5 minutes, mlp: about 6
 # (most of it compiles and QuACK's autotuning): one call each where a call is limited to 10.
 #   bash tools/hopper_gpu.sh OUT_DIR [attention|mlp|all]       (PYTHON, SITE: see below)
@@ -79,8 +79,8 @@ if [ "$what" != attention ]; then
         --m 8192 --dim 4096 --hidden 14336
 fi
 
-cd "$work" && tar czf "$out/hopper_gpu.tar.gz" --exclude hub-cache . && cd - > /dev/null
-echo "archive: $out/hopper_gpu.tar.gz ($(du -h "$out/hopper_gpu.tar.gz" | cut -f1))"
+cd "$work" && tar czf "$out/hopper_gpu_${what}.tar.gz" --exclude hub-cache . && cd - > /dev/null
+echo "archive: $out/hopper_gpu_${what}.tar.gz ($(du -h "$out/hopper_gpu_${what}.tar.gz" | cut -f1))"
 # What to read first, per log (the archive holds everything).
 for log in "$work"/*.log; do
     echo "--- $(basename "$log" .log)"
