@@ -3,7 +3,7 @@
 # wheel set under SITE: FlashAttention-4 in 04_c (direct and routed through SDPA) at the post's
 # shape and at seq 4096 / head_dim 128, 04_d with FA4 as its source, 03_fused_mlp --bench beside
 # QuACK, tools/tune_fused_mlp.py with QuACK at the post's shape and a Llama-sized one, and two
-# small FA4 traces for fixtures. Every log and trace goes into OUT_DIR/hopper_gpu_${what}.tar.gz; a
+# small FA4 traces for fixtures. Every log and trace goes into OUT_DIR/hopper_gpu_PART.tar.gz; a
 # step that fails is reported and the next one runs. attention: about 5 minutes, mlp: about 6
 # (most of it compiles and QuACK's autotuning): one call each where a call is limited to 10.
 #   bash tools/hopper_gpu.sh OUT_DIR [attention|mlp|all]       (PYTHON, SITE: see below)
