@@ -33,5 +33,4 @@ except UsageError as err:
     print(f"REFUSED {err}")
 else:
     print(f"SOURCE {source}")
-    print(f"MODULE {flash_attn_func.__module__}")
     print(f"ORIGIN {getattr(flash_attn_func, 'ORIGIN', flash_attn_func.__module__)}")
