@@ -25,6 +25,9 @@ Guess first. Per recorded step, on a GPU:
   timing    the fused kernel should take about as long as cuBLAS takes for gate and up alone,
             because the epilogue's arithmetic is small beside the matrix work. The forward then
             saves the elementwise kernel and the round trip of g and u through HBM.
+  --bench   on SM90 where quack-kernels imports, also QuACK's gemm_gated (the same fusion as
+            one CuTe-DSL GEMM) with cuBLAS down, tuned=False and tuned=True, a line each: the
+            strongest public Hopper kernel for this fusion, timed as this forward is.
 The kernel needs a CUDA GPU. On a CPU, TRITON_INTERPRET=1 runs it through Triton's interpreter,
 which simulates every program in NumPy, so use tiny shapes only. Without that variable the
 script says in one line that it needs a GPU.
@@ -32,6 +35,7 @@ script says in one line that it needs a GPU.
     uv run 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
     uv run 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --compile
     uv run 03_fused_mlp.py --kernel plain          # the pointer-load path that Ampere runs
+    uv run --extra hopper 03_fused_mlp.py --bench  # beside QuACK's gated GEMM (SM90)
     TRITON_INTERPRET=1 uv run 03_fused_mlp.py --batch 2 --seq 3 --dim 16 --hidden 32
 """
 
@@ -43,8 +47,8 @@ import torch
 from torch.profiler import profile, record_function, schedule
 
 import fused_geglu
-from common import check, cli, outputs, profiling, shapes
-from common.measuring import bench, traffic
+from common import check, cli, outputs, profiling, quack_gemm, shapes
+from common.measuring import bench, timing, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
 from tracereader.expectations import Expect
@@ -159,7 +163,37 @@ def main(argv=None) -> int:
         model = traffic_model(args.batch * args.seq, args.dim, args.hidden, x.element_size())
         with torch.no_grad():
             bench.report(lambda: forward(x), run=run, model=model, trace=seen.trace, args=args)
+            if run.on_gpu:
+                against_quack(lambda: forward(x), mlp, x, run)
     return profiling.finish(args, out, seen.as_expected)
+
+
+def against_quack(forward, mlp, x, run) -> None:
+    """The same fusion by QuACK (gemm_gated, cuBLAS down), timed as ours (do_bench medians,
+    ours again before each of its variants); its first call, a JIT compile (with tuned=True
+    also its autotuning), timed apart."""
+    major = torch.cuda.get_device_capability(run.device)[0]
+    variants = quack_gemm.variants(major)
+    if not variants:
+        print(f"  QuACK: not compared ({quack_gemm.unavailable(major)})")
+        return
+    ref = reference(x, mlp)
+    for what, tuned in variants.items():
+        quack = quack_gemm.QuackGeGLUMLP(mlp, tuned=tuned)
+        start = time.perf_counter()
+        y = quack(x)
+        profiling.synchronize(run)
+        first_s = time.perf_counter() - start
+        err = check.relative_error(y, ref)
+        if err > check.TOLERANCE[run.dtype]:
+            print(f"  {what}: WRONG OUTPUT, relative error {err:.2e}; not timed")
+            continue
+        ours = timing.time_gpu(forward).median_s
+        theirs = timing.time_gpu(lambda quack=quack: quack(x)).median_s
+        print(
+            f"  {what} + cuBLAS down: {theirs * 1e6:.1f} us against this forward's "
+            f"{ours * 1e6:.1f} us (x{ours / theirs:.2f}; first call {first_s:.1f} s, apart)"
+        )
 
 
 if __name__ == "__main__":

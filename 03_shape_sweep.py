@@ -37,6 +37,11 @@ Guess first:
                    the input copy; launches cost nothing there.
   fused-graph      the fused module under torch.compile(mode="reduce-overhead") (GPU only):
                    its two kernels replayed from a CUDA graph. Both removals at once.
+  quack            the same fusion by QuACK (quack-kernels, `uv sync --extra hopper`; SM90
+                   only, listed where it imports): gemm_gated's one CuTe-DSL GEMM for gate, up
+                   and the GeGLU (tuned=False: autotuning each shape would cost tens of
+                   seconds; tools/tune_fused_mlp.py times both), down by cuBLAS. Its first
+                   call at each shape JIT-compiles (seconds): compile_s stays Dynamo's, 0.
   So cuda-graph against compile is what removing launches buys (same kernels, same traffic),
   fused against compile what removing HBM traffic buys (fewer bytes, one kernel fewer), and
   fused-graph against fused what launches still cost once the traffic is gone.
@@ -60,7 +65,7 @@ import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 from torch.profiler import profile
 
-from common import check, cli, outputs, profiling
+from common import check, cli, outputs, profiling, quack_gemm
 from common.measuring import sweep_report, timing
 from models import GeGLUMLP, geglu_reference
 from tracereader.kernel_names import classify
@@ -76,12 +81,14 @@ VARIANTS = (
     "fused",
     "cuda-graph",
     "fused-graph",
+    "quack",
 )
 GPU_ONLY = {  # variant -> why it needs a CUDA GPU
     "liger": "Liger's kernel is Triton",
     "fused": "03_fused_mlp.py's kernel is Triton",
     "cuda-graph": "CUDA graphs record and replay GPU launches",
     "fused-graph": "03_fused_mlp.py's kernel is Triton, replayed from a CUDA graph",
+    "quack": "QuACK's gated GEMM is CuTe DSL code for SM90",
 }
 COMPILED = (
     "compile",
@@ -99,6 +106,8 @@ GEGLU_CLASSES = ("elementwise", "inductor", "triton")  # the non-GEMM kernels be
 # 03_fused_mlp.py's kernels (fused_gate_up_geglu_kernel, fused_gate_up_geglu_tma_kernel): the
 # gate/up GEMM with the GeGLU in its epilogue. Class "triton" by name, a GEMM by what it does.
 FUSED_KERNEL = "fused_gate_up_geglu"
+# QuACK's only kernel here is its gated GEMM (down stays cuBLAS): the same part as ours.
+QUACK_KERNEL = "kernel_cutlass_kernel_quack"
 # The host's calls that queue GPU work: kernel launches (runtime and driver API), memcpys and
 # memsets, and CUDA graph launches (one for all of a graph's kernels).
 LAUNCH_CALL = re.compile(r"^cu(da)?(Launch|GraphLaunch|Memcpy\w*Async|Memset\w*Async)")
@@ -234,7 +243,7 @@ def role(name: str) -> str:
     """A GPU item's part in the forward: "gemm" (one GEMM), "joins" (a split-K reduce, the
     second kernel of the GEMM before it), "fused" (gate/up GEMM + GeGLU), "geglu" (a kernel of
     GEGLU_CLASSES), "other" (memcpys, memsets, ATen copies such as a CUDA graph's input copy)."""
-    if FUSED_KERNEL in name:
+    if FUSED_KERNEL in name or QUACK_KERNEL in name:
         return "fused"
     kind = classify(name)
     if kind.cls == "gemm":
@@ -303,12 +312,13 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     compiling = cli.compile_in_process()  # before any torch.compile; the sweep times compiles
     print(f"compiles run {compiling}")
-    variants = choose_variants(args.variants, run.on_gpu)
+    major = torch.cuda.get_device_capability(run.device)[0] if run.on_gpu else None
+    variants = choose_variants(args.variants, run.on_gpu, major)
     shapes = [(b, s, args.hidden) for b, s in args.shapes]
     if args.hidden_change:
         shapes.append((*args.shapes[-1], args.hidden_change))
     biggest = max(b * s * max(h, args.hidden) for b, s, h in shapes)
-    packed = {"fused", "fused-graph"} & set(variants)  # gate and up once more, packed
+    packed = {"fused", "fused-graph", "quack"} & set(variants)  # gate and up once more, packed
     weights = (5 if packed else 3) * args.dim * max(h for *_, h in shapes) * 4
     cli.ensure_fits(biggest * 6 * 4 + weights, run)  # fused: the packed gate/up weight too
     tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
@@ -345,11 +355,19 @@ def main(argv=None) -> int:
     return 0
 
 
-def choose_variants(chosen: list[str] | None, on_gpu: bool) -> list[str]:
+def choose_variants(chosen: list[str] | None, on_gpu: bool, major: int | None = None) -> list[str]:
     """The variants to run: those asked for, refused in one line where one needs a GPU that is
-    not there; by default all, the GPU-only ones skipped with a note on a CPU."""
+    not there; by default all, the GPU-only ones skipped with a note on a CPU, quack skipped
+    with a note where it cannot run on this GPU (major: its compute capability)."""
     if on_gpu:
-        return chosen or list(VARIANTS)
+        why = quack_gemm.unavailable(major)
+        if chosen and "quack" in chosen and why:
+            raise cli.UsageError(f"the quack variant cannot run here: {why}")
+        if chosen:
+            return chosen
+        if why:
+            print(f"note: the quack variant is skipped: {why}")
+        return [v for v in VARIANTS if v != "quack" or not why]
     if chosen:
         refused = [v for v in chosen if v in GPU_ONLY]
         if refused:
@@ -483,11 +501,13 @@ def build(
         module = fused.FusedGeGLUMLP(mlp, fused.config_name(kernel, run)).eval()
         print(f"fused kernel (hidden {hidden}): {module.describe()}")
         return module, mlp
+    if variant == "quack":
+        return quack_gemm.QuackGeGLUMLP(mlp, tuned=False).eval(), mlp
     return mlp, mlp
 
 
 def make_forward(variant: str, module: torch.nn.Module):
-    if variant in ("eager", "liger", "fused"):
+    if variant in ("eager", "liger", "fused", "quack"):
         return module
     options = {
         "compile": {},

@@ -25,12 +25,30 @@ On a CPU: math runs, and so does flash, as aten::_scaled_dot_product_flash_atten
 the same tiled algorithm with an online softmax, on CPU cores, so there are no Tensor cores
 or occupancy to look at. efficient and cudnn have no CPU kernel: refused in one line.
 
---backend all profiles math, efficient, flash and cudnn in turn (a trace and a table each,
-named after the backend) and ends with one table: kernels, GPU time and CPU time per forward,
-the main kernel's estimated occupancy, and, for a backend that cannot run here, why.
+FlashAttention-4 (flash-attn-4, `uv sync --extra hopper`; CuTe DSL kernels JIT-compiled on the
+GPU, seconds on the first call of each shape, in the warm-up), two ways:
+  fa4        flash_attn.cute.flash_attn_func called directly on q, k, v viewed as [batch, seq,
+             heads, head_dim]: one kernel, kernel_cutlass_kernel_flash_attn... on Hopper, and
+             no aten::scaled_dot_product_attention on the CPU lane. SM80 (forward), SM90.
+  fa4-sdpa   the same kernel behind SDPA's flash backend: torch.nn.attention.
+             activate_flash_attention_impl("FA4") (a prototype of torch 2.11 on; it needs
+             flash-attn-4 4.0.0b18 on torch 2.11, any on 2.15) replaces aten::_scaled_dot_
+             product_flash_attention's CUDA kernel by a Python function, so every call pays
+             SDPA's dispatch, that Python wrapper (transposed views, the output allocated, a fill
+             kernel for bookkeeping) and FA4's own Python interface before the launch. SM90.
+  Guess: the same GPU time, and the routed call's CPU time well above the direct call's; the
+  run prints where each forward's host time goes: the self time of every op inside attn_fwd
+  (an op's duration less what is nested in it), Python outside any op, the runtime calls.
+
+--backend all profiles math, efficient, flash and cudnn in turn, then fa4 and fa4-sdpa where
+flash-attn-4 imports and the GPU can run them (a trace and a table each, named after the
+backend) and ends with one table: kernels, GPU time and CPU time per forward, the main
+kernel's estimated occupancy, and, for a backend that cannot run here, why. On a CPU, fa4 and
+fa4-sdpa are refused in one line.
 
     uv run 04_c_sdpa_attention.py --batch 8 --heads 16 --seq 1024 --head_dim 64 --backend flash
     uv run 04_c_sdpa_attention.py --backend all
+    uv run --extra hopper 04_c_sdpa_attention.py --backend fa4-sdpa --seq 4096 --head_dim 128
 """
 
 import contextlib
@@ -54,15 +72,76 @@ BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
 }
+# FlashAttention-4 called directly, and routed through SDPA's flash backend.
+FA4_BACKENDS = ("fa4", "fa4-sdpa")
+# Compute capabilities (major) each runs on: FA4's kernels (SM80 forward, SM90, SM100), and
+# torch's route, whose wrapper refuses anything but 9.x and 10.x.
+FA4_MAJORS = {"fa4": (8, 9, 10), "fa4-sdpa": (9, 10)}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def fa4_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """FA4 on SDPA's [batch, heads, seq, head_dim] tensors, viewed as its [batch, seq, heads,
+    head_dim] (no copy: the last dim stays contiguous); it returns (out, lse)."""
+    from flash_attn.cute import flash_attn_func
+
+    out, _lse = flash_attn_func(*(t.transpose(1, 2) for t in (q, k, v)), causal=True)
+    return out.transpose(1, 2)
+
+
+def forward_of(backend: str):
+    return fa4_attention if backend == "fa4" else attention
+
+
+@contextlib.contextmanager
+def routed_to_fa4():
+    """SDPA's flash backend served by FlashAttention-4 for the block, then torch's own again."""
+    from torch.nn import attention as nn_attention
+
+    nn_attention.activate_flash_attention_impl("FA4")
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            yield
+    finally:
+        nn_attention.restore_flash_attention_impl()
+
+
 def pinned(backend: str):
     """Restrict SDPA to one backend for the block; auto leaves the choice to SDPA."""
-    return contextlib.nullcontext() if backend == "auto" else sdpa_kernel(BACKENDS[backend])
+    if backend == "fa4-sdpa":
+        return routed_to_fa4()
+    if backend in ("auto", "fa4"):
+        return contextlib.nullcontext()
+    return sdpa_kernel(BACKENDS[backend])
+
+
+def fa4_unavailable(backend: str, run: cli.Run) -> str | None:
+    """Why `backend` (fa4 or fa4-sdpa) cannot run here, or None."""
+    if not run.on_gpu:
+        return "FlashAttention-4 is CUDA code (CuTe DSL kernels) with no CPU build"
+    try:
+        import flash_attn.cute  # noqa: F401
+    except Exception as err:  # ImportError, or the CuTe DSL's CUDA library missing
+        return (
+            f"flash_attn.cute does not import ({cli.one_line(err, 160)}); install "
+            "flash-attn-4: uv sync --extra hopper"
+        )
+    major, minor = torch.cuda.get_device_capability(run.device)
+    if major not in FA4_MAJORS[backend]:
+        majors = " or ".join(f"{m}.x" for m in FA4_MAJORS[backend])
+        return f"{backend} needs compute capability {majors}; this GPU is {major}.{minor}"
+    if backend == "fa4-sdpa":
+        from torch.nn import attention as nn_attention
+
+        if not hasattr(nn_attention, "activate_flash_attention_impl"):
+            return (
+                f"torch {torch.__version__} has no torch.nn.attention."
+                "activate_flash_attention_impl (SDPA's FA4 route, a prototype)"
+            )
+    return None
 
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
@@ -102,6 +181,17 @@ EXPECT = {
         cpu_present=("aten::scaled_dot_product_attention",),
         why="SDPA picks a fused backend when one can run",
     ),
+    "fa4": Expect(
+        gpu={"attention": 1, "gemm": 0},
+        cpu_absent=("aten::scaled_dot_product_attention", "aten::_safe_softmax"),
+        why="one CuTe-DSL kernel launched from FA4's Python interface, no SDPA dispatch",
+    ),
+    "fa4-sdpa": Expect(
+        gpu={"attention": 1, "gemm": 0},
+        cpu_present=("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash*"),
+        cpu_absent=("aten::_safe_softmax",),
+        why="SDPA's flash op, whose CUDA kernel is now torch's Python wrapper around FA4",
+    ),
 }
 
 
@@ -113,7 +203,7 @@ def traffic_model(sizes: shapes.AttentionSizes, elt: int, backend: str) -> list[
     all, where), the weights cast back, the second GEMM, the output cast back; the GEMMs'
     full 4*B*H*S^2*D FLOPs."""
     bh, s, d, n, p = sizes.batch_heads, sizes.seq, sizes.head_dim, sizes.qkv, sizes.scores
-    if backend != "math":
+    if backend != "math":  # FA4 too: the same reads and writes, the same skipped blocks
         return [traffic.fused_attention(f"{backend} attention", bh, s, d, elt, causal=True)]
     upcast = elt < 4  # bf16/fp16 inputs are computed in float32
     casts_in = [traffic.convert(f"{t} -> float32", n, elt, 4) for t in "qkv"] if upcast else []
@@ -142,11 +232,12 @@ def parse(argv):
     shapes.add_attention_flags(parser)
     parser.add_argument(
         "--backend",
-        choices=["auto", *BACKENDS, "all"],
+        choices=["auto", *BACKENDS, *FA4_BACKENDS, "all"],
         default="auto",
         help="the SDPA backend to pin with sdpa_kernel: auto (SDPA chooses, no pin), math, "
-        "efficient, flash, cudnn, or all (each of the four in turn, then one comparison "
-        "table) (default: auto)",
+        "efficient, flash, cudnn; fa4 (FlashAttention-4 called directly) or fa4-sdpa (SDPA's "
+        "flash backend routed to it), both need flash-attn-4 and a GPU; or all (each in turn, "
+        "then one comparison table) (default: auto)",
     )
     cli.refuse_compile(
         parser,
@@ -162,7 +253,10 @@ def tag(args, run: cli.Run, backend: str) -> str:
 
 
 def profile_backend(backend: str, args, run: cli.Run, q, k, v, ref: dict) -> sdpa.Result:
+    if backend in FA4_BACKENDS and (why := fa4_unavailable(backend, run)):
+        raise sdpa.CannotRun(why)
     out = outputs.prepare(args.traces_dir, SCRIPT, tag(args, run, backend), gzip=args.gzip)
+    attention = forward_of(backend)
     with torch.no_grad(), pinned(backend):
         sdpa.try_once(backend, run, lambda: attention(q, k, v))  # CannotRun: nothing written
         y = profiling.warm_up(lambda: attention(q, k, v), run)
@@ -200,6 +294,8 @@ def profile_backend(backend: str, args, run: cli.Run, q, k, v, ref: dict) -> sdp
                 lambda: attention(q, k, v), run=run, model=model, trace=seen.trace, args=args
             )
     row = sdpa.summarize(backend, seen.trace, ANNOTATION)
+    if backend in FA4_BACKENDS:  # direct against routed: the same kernel, other host work
+        print(sdpa.host_time(seen.trace, ANNOTATION))
     if backend == "auto":
         print(f"auto: {row.status}")
     return sdpa.Result(row, out, seen.as_expected)
@@ -231,7 +327,12 @@ def main(argv=None) -> int:
         return profiling.finish(args, result.out, result.as_expected)
 
     results = []
-    for backend in BACKENDS:
+    why_not = {b: fa4_unavailable(b, run) for b in FA4_BACKENDS}
+    ready = [b for b, why in why_not.items() if why is None]
+    for backend, why in why_not.items():
+        if why and run.on_gpu:  # on a CPU, FA4 is no candidate at all
+            print(f"note: --backend all leaves out {backend}: {why}")
+    for backend in [*BACKENDS, *ready]:
         print(f"\n=== backend: {backend} ===")
         profile_one = lambda b=backend: profile_backend(b, args, run, q, k, v, ref)  # noqa: E731
         results.append(sdpa.attempt(backend, profile_one))

@@ -12,16 +12,21 @@ Guess first. Per recorded step, on a GPU:
   GEMM, no softmax kernel. The CPU lane shows the kernel's own custom op instead of
   aten::scaled_dot_product_attention and its transposes. Put it next to
   `04_c_sdpa_attention.py --backend flash`: the difference is the code around the kernel.
+FlashAttention-4, where it answers, is one CuTe-DSL kernel too (kernel_cutlass_kernel_flash_attn...
+on Hopper), JIT-compiled on the first call (seconds, in the warm-up).
 --variant fa3, on Hopper (compute capability 9.x) only: kernels-community/flash-attn3, the
 FlashAttention-3 build for Hopper's asynchronous Tensor-core instructions, called the same way.
 FlashAttention is CUDA code for bf16 and fp16, so this script needs a CUDA GPU; on a CPU it
 says so in one line (04_c --backend flash runs the CPU counterpart).
 
-Where the kernel comes from: the Hub, as in the post; with HF_HUB_OFFLINE=1, your Hub cache;
-with LOCAL_KERNELS="kernels-community/flash-attn2=/path/to/repo", a local copy of the kernel
-repository. The run says which answered. PyPI offers no stand-in: the flash-attn package is
-published as source only (its build compiles CUDA with nvcc for your exact torch), so when
-none of the three answers, the run says how to get the kernel and stops, writing nothing.
+Where the kernel comes from, first that answers: LOCAL_KERNELS="kernels-community/flash-attn2=
+/path/to/repo" (a local copy of the kernel repository); the Hub, as in the post; your Hub cache
+(with HF_HUB_OFFLINE=1, or when the Hub does not answer); then FlashAttention-4 where it is
+installed (`uv sync --extra hopper`: flash-attn-4, CuTe DSL kernels that JIT-compile on the
+GPU; `flash_attn.cute.flash_attn_func`, same layout, returns (out, lse); SM90, and forward on
+SM80). The run says which answered. The flash-attn package on PyPI is source only (its build
+compiles CUDA with nvcc for your exact torch), so when none answers, the run says how to get a
+kernel and stops, writing nothing.
 
 --compile is refused: the kernel is already one hand-written fusion; Dynamo would only wrap it.
 
@@ -52,9 +57,14 @@ VARIANTS = {
     "fa3": ("kernels-community/flash-attn3", 1),
 }
 NO_PYPI = (
-    "PyPI has no ready-built FlashAttention to fall back on (flash-attn is published as "
+    "PyPI has no ready-built FlashAttention-2 or -3 to fall back on (flash-attn is published as "
     "source that compiles with nvcc)"
 )
+LABELS = {
+    "fa2": "FlashAttention-2 fwd",
+    "fa3": "FlashAttention-3 fwd",
+    "fa4": "FlashAttention-4 fwd",
+}
 
 
 def fetch_flash_attn_func(variant: str):
@@ -69,7 +79,7 @@ def load_flash_attn_func(variant: str):
     return kernel_source.load(
         lambda: fetch_flash_attn_func(variant),
         repo_id,
-        fallback=kernel_source.no_fallback(repo_id, NO_PYPI),
+        fallback=kernel_source.flash_attn_4(repo_id, NO_PYPI),
     )
 
 
@@ -94,10 +104,10 @@ EXPECT = {
 }
 
 
-def traffic_model(sizes: shapes.AttentionSizes, elt: int, variant: str) -> list[traffic.Kernel]:
+def traffic_model(sizes: shapes.AttentionSizes, elt: int, which: str) -> list[traffic.Kernel]:
     """q, k, v read once, the output written once; the causal kernel skips the key blocks
     above the diagonal, so half of the naive GEMMs' 4*B*H*S^2*D FLOPs."""
-    label = {"fa2": "FlashAttention-2 fwd", "fa3": "FlashAttention-3 fwd"}[variant]
+    label = LABELS[which]
     return [
         traffic.fused_attention(
             label, sizes.batch_heads, sizes.seq, sizes.head_dim, elt, causal=True
@@ -152,7 +162,10 @@ def main(argv=None) -> int:
     )
 
     flash_attn_func, source = load_flash_attn_func(args.variant)
-    print(f"kernels: {source} (version {VARIANTS[args.variant][1]})")
+    # fa4 where FlashAttention-4 answered (its function lives in flash_attn.cute), else the Hub's
+    which = "fa4" if flash_attn_func.__module__.startswith("flash_attn.cute") else args.variant
+    pinned = "" if which == "fa4" else f" (version {VARIANTS[args.variant][1]})"
+    print(f"flash_attn_func: {source}{pinned}")
     # [batch, seq, heads, head_dim]: seq and heads swapped against SDPA's layout.
     shape = (args.batch, args.seq, args.heads, args.head_dim)
     q, k, v = (torch.randn(shape, device=run.device, dtype=run.dtype) for _ in range(3))
@@ -185,7 +198,7 @@ def main(argv=None) -> int:
 
     seen = profiling.look(out, EXPECT["eager"])
     if args.bench:
-        model = traffic_model(shapes.attention_sizes(args), q.element_size(), args.variant)
+        model = traffic_model(shapes.attention_sizes(args), q.element_size(), which)
         with torch.no_grad():
             bench.report(
                 lambda: flash_attention(flash_attn_func, q, k, v),

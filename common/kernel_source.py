@@ -1,11 +1,20 @@
 """Where a Hub kernel came from, and what happens when the Hub cannot be reached.
 
-The kernels library's `get_kernel` looks, in order, at the LOCAL_KERNELS override, then (with
-HF_HUB_OFFLINE=1) the local Hub cache, else the Hub itself. `load` calls a lesson's own fetch
-(the post's `get_kernel(...)` line, kept in the lesson) and, when all of that fails, hands the
-reason to the lesson's fallback: a PyPI package with the same code (`liger_layers`: the
-liger-kernel package), or one line saying how to get the kernel (`no_fallback`: FlashAttention,
-which PyPI has only as source to compile).
+The kernels library's `get_kernel` (0.17) looks at the LOCAL_KERNELS override first, then at
+one of two resolvers, picked from huggingface_hub's `constants.HF_HUB_OFFLINE`, which is read
+from the environment once, when huggingface_hub is imported: with HF_HUB_OFFLINE=1 the cache
+resolver (it skips the publisher trust check, with a warning, since trust cannot be verified
+offline), else the online resolver, whose first step asks the Hub whether the publisher is
+trusted and raises "could not verify publisher trust status" when the Hub cannot be reached,
+before the cache is ever looked at. So on a machine without a network a warm cache served
+nothing unless HF_HUB_OFFLINE=1 was set before the import.
+
+`load` calls a lesson's own fetch (the post's `get_kernel(...)` line, kept in the lesson); when
+the online resolver fails, it calls it again with the cache resolver (the library's own offline
+mode, switched on for that one call), which a warm cache answers without trust_remote_code.
+When all of that fails, the reason goes to the lesson's fallback: a PyPI package with the same
+code (`liger_layers`: the liger-kernel package), or the lesson's own next source, or one line
+saying how to get the kernel (`no_fallback`).
 """
 
 from __future__ import annotations
@@ -34,6 +43,18 @@ def hub_source(repo_id: str) -> str:
     if constants.HF_HUB_OFFLINE:
         return f"{repo_id} from the local Hub cache (HF_HUB_OFFLINE=1)"
     return f"{repo_id} from the Hugging Face Hub"
+
+
+@contextmanager
+def _hub_offline() -> Iterator[None]:
+    """huggingface_hub's offline mode for one call: the constant that HF_HUB_OFFLINE set at
+    import, which get_kernel reads on each call to pick its resolver."""
+    was = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = was
 
 
 class _Held(logging.Handler):
@@ -71,16 +92,29 @@ def load(
     fails; the fallback returns the same pair or raises UsageError (one line, exit 2). What
     the kernels library logs is printed as a note on success and dropped on failure, where the
     reason says it."""
+    online = not constants.HF_HUB_OFFLINE
     with _kernels_logs_held() as held:
         try:
-            found = fetch()
+            return _noted(fetch(), held), hub_source(repo_id)
         except Exception as err:  # no network, cold cache, refused trust check, no build variant
             reason = _short(one_line(err, 1000))
-        else:
-            for record in held.records:
-                print(f"kernels: note: {record.getMessage()}")
-            return found, hub_source(repo_id)
+        if online:  # the Hub did not answer: a warm cache still can
+            held.records.clear()
+            try:
+                with _hub_offline():
+                    found = fetch()
+            except Exception:
+                reason += "; the local Hub cache holds no copy either"
+            else:
+                source = f"{repo_id} from the local Hub cache (the Hub did not answer: {reason})"
+                return _noted(found, held), source
     return fallback(reason)
+
+
+def _noted(found: T, held: _Held) -> T:
+    for record in held.records:
+        print(f"kernels: note: {record.getMessage()}")
+    return found
 
 
 def no_fallback(repo_id: str, why: str) -> Callable[[str], tuple]:
@@ -95,6 +129,32 @@ def no_fallback(repo_id: str, why: str) -> Callable[[str], tuple]:
         )
 
     return refuse
+
+
+def flash_attn_4(repo_id: str, why: str) -> Callable[[str], tuple]:
+    """A fallback for FlashAttention: FlashAttention-4's flash_attn_func (flash-attn-4: CuTe DSL
+    kernels, JIT-compiled on the GPU, q, k, v in [batch, seq, heads, head_dim], returns
+    (out, lse)) where `flash_attn.cute` imports, else no_fallback's one line."""
+
+    def fall_back(reason: str) -> tuple:
+        missing = "FlashAttention-4 (flash-attn-4, `uv sync --extra hopper`) is not installed"
+        try:
+            from flash_attn.cute import flash_attn_func
+        except ImportError:
+            return no_fallback(repo_id, f"{why}; {missing}")(reason)
+        except Exception as err:  # installed, but e.g. the CuTe DSL's CUDA library is missing
+            broken = f"FlashAttention-4 is installed but does not import: {one_line(err, 200)}"
+            return no_fallback(repo_id, f"{why}; {broken}")(reason)
+        try:
+            release = f"flash-attn-4 {version('flash-attn-4')}"
+        except PackageNotFoundError:
+            release = "flash_attn.cute (no flash-attn-4 distribution found)"
+        return flash_attn_func, (
+            f"flash_attn.cute.flash_attn_func from {release} (FlashAttention-4), because "
+            f"{repo_id} could not be loaded ({reason})"
+        )
+
+    return fall_back
 
 
 def _liger_from_pypi(repo_id: str, reason: str) -> tuple[ModuleType, str]:

@@ -196,3 +196,47 @@ def finish_all(results: list[Result], args, run: Run, shape: str) -> int:
         raise UsageError("no SDPA backend could run here")
     code = profiling.finish(args, written[-1].out, all(r.as_expected for r in results))
     return 1 if any(r.wrong for r in results) else code
+
+
+def host_time(trace, annotation: str, top: int = 6) -> str:
+    """Where one forward's CPU time goes, inside the annotated region: each op's self time
+    (its duration less the ops and runtime calls nested in it) and each runtime call's,
+    summed by name per step, means over the recorded steps (means, so that the parts add up
+    to the whole); the largest `top` as lines."""
+    per_step: list[dict[str, float]] = []
+    totals = []
+    for step in trace.steps:
+        regions = [op for op in step.cpu_ops if op.name == annotation]
+        if not regions:
+            continue
+
+        def inside(op) -> bool:
+            while op is not None:
+                if op.name == annotation:
+                    return True
+                op = op.parent
+            return False
+
+        spent: dict[str, float] = {}
+        calls = [c for c in step.runtime if c.launcher is not None and inside(c.launcher)]
+        for call in calls:
+            spent[call.name] = spent.get(call.name, 0.0) + call.dur
+        for op in step.cpu_ops:
+            if inside(op):
+                own = op.dur - op.inner - sum(c.dur for c in calls if c.launcher is op)
+                # the region's own time: Python between the ops (an interface, a wrapper)
+                name = "(no op: Python in the region)" if op.name == annotation else op.name
+                spent[name] = spent.get(name, 0.0) + max(own, 0.0)
+        per_step.append(spent)
+        totals.append(sum(op.dur for op in regions))
+    if not per_step:
+        return f"host time: no {annotation} region recorded"
+    names = {name for spent in per_step for name in spent}
+    means = {n: statistics.fmean(s.get(n, 0.0) for s in per_step) for n in names}
+    lines = [
+        f"host time per forward: {statistics.fmean(totals):.1f} us in {annotation} "
+        f"(mean of {len(per_step)} steps), of it"
+    ]
+    for name in sorted(means, key=means.__getitem__, reverse=True)[:top]:
+        lines.append(f"  {means[name]:8.1f} us  {name}")
+    return "\n".join(lines)

@@ -147,6 +147,30 @@ def test_sdpa_backend_without_a_cpu_kernel_is_one_line(backend, tmp_path, capsys
     assert not list(tmp_path.rglob("*"))
 
 
+@pytest.mark.parametrize("backend", ["fa4", "fa4-sdpa"])
+def test_flashattention_4_on_a_cpu_is_one_line_and_writes_nothing(backend, tmp_path, capsys):
+    assert sdpa(tmp_path, backend) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --backend {backend} cannot run here: FlashAttention-4 is CUDA code "
+        "(CuTe DSL kernels) with no CPU build"
+    ]
+    assert not list(tmp_path.rglob("*"))
+
+
+def test_host_time_splits_the_forward_into_its_ops_self_times(tmp_path):
+    # a shape where the kernel's work outweighs the dispatch around it, even on a busy CPU
+    assert sdpa(tmp_path, "flash", "--seq", "256", "--head_dim", "64") == 0
+    trace = load_trace(tmp_path / "04_c_sdpa_attention/b1_h2_s256_d64_bf16_eager_cpu_flash.json")
+    lines = sdpa_plumbing.host_time(trace, "attn_fwd", top=20).splitlines()
+    total = float(lines[0].split()[4])
+    assert lines[0].startswith("host time per forward: ") and total > 0
+    parts = {line.split(None, 2)[2]: float(line.split()[0]) for line in lines[1:]}
+    # the CPU kernel does the work: its self time leads; the parts account for the whole region
+    assert max(parts, key=parts.get) == "aten::_scaled_dot_product_flash_attention_for_cpu"
+    assert "aten::scaled_dot_product_attention" in parts
+    assert sum(parts.values()) == pytest.approx(total, rel=0.02, abs=0.3)
+
+
 def test_sdpa_all_profiles_each_backend_and_prints_one_comparison(tmp_path, capsys):
     assert sdpa(tmp_path, "all") == 0
     stem = f"04_c_sdpa_attention/{TAG}_eager_cpu"

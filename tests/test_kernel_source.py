@@ -64,3 +64,62 @@ def test_cold_cache_falls_back_to_the_pypi_liger_kernel(tmp_path):
     assert origin == "liger_kernel.transformers.geglu"
     assert source.startswith("LigerGEGLUMLP from liger-kernel ")
     assert f"because {REPO} could not be loaded" in source
+
+
+def tiny_repo(root, name: str, version: int):
+    """Any publisher's kernel repository, as the Hub cache holds it: build/<variant>/..."""
+    package = root / "build" / "torch-universal" / name.replace("-", "_")
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("ORIGIN = 'tiny-test-repo'\n")
+    metadata = {
+        "id": name,
+        "name": name,
+        "version": version,
+        "license": "apache-2.0",
+        "python-depends": [],
+        "backend": {"type": "cpu"},
+    }
+    (package.parent / "metadata.json").write_text(json.dumps(metadata))
+
+
+def warm_cache(hub, repo_id: str, version: int):
+    """The layout huggingface_hub's cache gives a kernel fetched once: refs/v<N> -> snapshot."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cached = hub / f"kernels--{repo_id.replace('/', '--')}"
+    (cached / "refs").mkdir(parents=True)
+    (cached / "refs" / f"v{version}").write_text(commit)
+    tiny_repo(cached / "snapshots" / commit, repo_id.split("/")[1], version)
+    return hub
+
+
+# A closed port on this machine: the Hub does not answer, as on a GPU machine with no network.
+NO_HUB = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}
+SOMEONE = "some-lab/tiny-kernel"  # a publisher no trust list names
+
+
+def load_any(env_extra, tmp_path):
+    return run_kernel_loader("load_kernel", SOMEONE, "2", env_extra=env_extra, tmp_path=tmp_path)
+
+
+def test_online_a_warm_cache_answers_when_the_hub_does_not(tmp_path):
+    hub = warm_cache(tmp_path / "hub", SOMEONE, 2)
+    lines = load_any({**NO_HUB, "HF_HUB_CACHE": str(hub)}, tmp_path)
+    assert lines["ORIGIN"] == "tiny-test-repo"
+    source = lines["SOURCE"]
+    assert source.startswith(f"{SOMEONE} from the local Hub cache (the Hub did not answer: ")
+    assert "could not verify publisher trust status" in source  # the online resolver's refusal
+
+
+def test_online_a_cold_cache_fails_with_both_reasons(tmp_path):
+    lines = load_any(NO_HUB, tmp_path)
+    assert lines["ORIGIN"] == "None"
+    assert lines["SOURCE"].startswith("FAILED ")
+    assert "could not verify publisher trust status" in lines["SOURCE"]
+    assert lines["SOURCE"].endswith("the local Hub cache holds no copy either")
+
+
+def test_offline_a_warm_cache_answers_for_any_publisher(tmp_path):
+    hub = warm_cache(tmp_path / "hub", SOMEONE, 2)
+    lines = load_any({"HF_HUB_CACHE": str(hub)}, tmp_path)  # HF_HUB_OFFLINE=1 by default
+    assert lines["ORIGIN"] == "tiny-test-repo"
+    assert lines["SOURCE"] == f"{SOMEONE} from the local Hub cache (HF_HUB_OFFLINE=1)"

@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-NOT_HERE = ("GPU only", "needs a token")  # markers in a command's trailing comment
+NOT_HERE = ("GPU only", "needs a token", "needs a network")  # in a trailing comment
 
 
 def readme_commands() -> list[str]:

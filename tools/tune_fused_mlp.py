@@ -11,14 +11,18 @@ hidden 3072, bf16), in this order:
   3. the whole forward: the lesson's module with the best configuration of each path, eager,
      captured in a CUDA graph (no launch gaps: what the kernels alone take, cold L2 included)
      and under torch.compile (fullgraph=True: a graph break fails it), against the eager MLP,
-     torch.compile's default on it, and Liger's LigerGEGLUMLP when liger_kernel imports;
+     torch.compile's default on it, Liger's LigerGEGLUMLP when liger_kernel imports, and
+     QuACK's gated GEMM (quack-kernels, `uv sync --extra hopper`; SM90, where it imports)
+     with cuBLAS down, tuned=False and tuned=True, its gate/up GEMM also timed alone; the
+     first call of each (JIT compile; with tuned=True also QuACK's autotuning) is timed and
+     printed apart, before the passes;
      all built first, then timed in round-robin passes together with what sets the floor, so
      that every forward is timed in the same power state of the GPU (under sustained dense
      GEMMs it reaches its power limit and lowers its clocks); nvidia-smi's clocks, power and
      throttle reasons are printed before and after. The compute floor is the forward's FLOPs
      at the best rate measured in those passes: the 8192^3 matmul, cuBLAS's gate/up and down
-     GEMMs at this shape, and the lesson's own kernel (one square is no ceiling: a K = 768
-     GEMM can beat it), so no GEMM timed here beats the floor;
+     GEMMs at this shape, the lesson's own kernel and QuACK's (one square is no ceiling: a
+     K = 768 GEMM can beat it), so no GEMM timed here beats the floor;
   4. a short table, the targets met or not, and each path's best configuration as a line to
      paste into CONFIGS in fused_geglu.py.
 Times are triton.testing.do_bench medians (each call after an L2 flush). Candidates stop once
@@ -44,7 +48,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fused_geglu  # noqa: E402
-from common import check, cli  # noqa: E402
+from common import check, cli, quack_gemm  # noqa: E402
 from common.measuring import timing  # noqa: E402
 from models import GeGLUMLP, geglu_reference  # noqa: E402
 from tracereader import devices  # noqa: E402
@@ -93,6 +97,15 @@ def plain_candidates(quick: bool) -> list[Config]:
         Config("plain", 128, 128, 64, stages=3, warps=8),
         Config("plain", 64, 256, 32, stages=4, warps=4),
         Config("plain", 256, 128, 64, stages=3, warps=8),
+    ]
+
+
+def quack_variants(major: int | None) -> list[tuple[str, str, bool]]:
+    """(gate/up kernel row, whole-forward row, tuned) per QuACK variant timed on this GPU
+    (major: its compute capability); none where QuACK's gated GEMM cannot run."""
+    return [
+        (f"{what} (gate/up + GeGLU)", f"QuACK MLP: {what} + cuBLAS down", tuned)
+        for what, tuned in quack_gemm.variants(major).items()
     ]
 
 
@@ -429,6 +442,34 @@ def main() -> int:
             compiled=True,
         )
 
+    # QuACK's gated GEMM: its first call per variant (JIT compile; tuned=True: autotuning
+    # too) timed apart, then its kernel alone and its whole forward join the passes.
+    quacks = quack_variants(major)
+    if not quacks:
+        print(f"  (QuACK not measured: {quack_gemm.unavailable(major)})")
+    b_quack = quack_gemm.gate_up_weight(gate, up) if quacks else None
+    for kernel_what, forward_what, tuned in quacks:
+
+        def quack_call(tuned=tuned):
+            return quack_gemm.gated(x, b_quack, tuned=tuned)
+
+        try:
+            t0 = time.perf_counter()
+            out = quack_call()
+            torch.cuda.synchronize()
+            first_s = time.perf_counter() - t0
+            err = rel_err(out, m_ref)
+            if not err <= tol:
+                raise RuntimeError(f"relative error {err:.2e} > {tol:.0e}")
+        except Exception as err:
+            print(f"  FAILED   {kernel_what:<52} {first_line(err)}")
+            rows.append(Row(kernel_what, None, first_line(err)))
+            continue
+        cost = "JIT compile + autotuning" if tuned else "JIT compile"
+        print(f"  {kernel_what}: first call {first_s:.1f} s ({cost}), err {err:.1e}")
+        kernel_calls[f"quack-{tuned}"] = (kernel_what, quack_call)
+        add_forward(forward_what, lambda tuned=tuned: quack_gemm.QuackGeGLUMLP(mlp, tuned=tuned))
+
     # Timed round-robin, the floor's GEMMs among them: a GPU that has run dense GEMMs for a
     # few seconds reaches its power limit and lowers its clocks (on the H200: 1980 -> ~1650 MHz,
     # +10% on this forward), so timings taken one after another would compare states, not code.
@@ -487,7 +528,8 @@ def main() -> int:
     for what, us in ((TWO, two_us), (ONE, one_us)):
         rows.append(Row(f"{what}, same passes", us))
     for path, (what, _) in kernel_calls.items():
-        rows.append(Row(f"{what}: {fused_geglu.CONFIGS[path].describe()}", kernel_us[path]))
+        described = fused_geglu.CONFIGS[path].describe() if path in best else "its choice"
+        rows.append(Row(f"{what}: {described}", kernel_us[path]))
     eager_us = forward_us.get("eager MLP (03_simple_mlp)")
     compile_us = forward_us.get("torch.compile(MLP), default")
     liger_us = forward_us.get("Liger LigerGEGLUMLP")
@@ -531,6 +573,17 @@ def main() -> int:
                 )
         if eager_us:
             print(f"  {path}: eager / fused forward: {eager_us / f_us:.2f}x")
+        for kernel_what, forward_what, _ in quacks:
+            q_us, qk_us = forward_us.get(forward_what), median.get(kernel_what)
+            if q_us:
+                print(
+                    f"  {path}: fused forward / {forward_what}: x{f_us / q_us:.2f}; target <= 1.00"
+                )
+            if qk_us and kernel_us.get(path):
+                print(
+                    f"  {path}: fused kernel / {kernel_what}: x{kernel_us[path] / qk_us:.2f}; "
+                    "target <= 1.00"
+                )
     print("paste into CONFIGS in fused_geglu.py (the fastest candidate; within ~2 us, prefer")
     print("the simpler one: no warp specialization, which Triton 3.6 fails to compile at times):")
     for path, (_, cfg) in best.items():
