@@ -807,7 +807,8 @@ def _opaque_library(trace: Trace) -> list[Finding]:
     """An op that launches one kernel (no GEMM: a GEMM library's bar is always one op) after
     much CPU time of its own, with nothing under it that launches GPU work: a library
     planning and launching where the profiler cannot look. Medians over the steps, matching
-    an op to its namesakes by their order in the step."""
+    an op to its namesakes of the same kind (one kernel, no GPU work under it) by their order
+    in the step."""
     if trace.device is None or not trace.steps:
         return []
     seen: dict[tuple[str, int], list[tuple[float, float, CpuOp, GpuItem]]] = {}
@@ -817,10 +818,9 @@ def _opaque_library(trace: Trace) -> list[Finding]:
             op = call.launcher
             if op is not None and op.index >= 0:
                 calls[op] = calls.get(op, op.inner) + call.dur
-        order: dict[str, int] = {}
+        order: dict[str, int] = {}  # counted among the candidates only: most ops are not
         ops = step.cpu_ops
         for op in ops:
-            nth = order[op.name] = order.get(op.name, -1) + 1
             if not op.launched:
                 continue
             kernels = [i for i in op.launched if i.kind == "kernel"]
@@ -835,6 +835,7 @@ def _opaque_library(trace: Trace) -> list[Finding]:
                     break
             if below:
                 continue
+            nth = order[op.name] = order.get(op.name, -1) + 1
             own = op.dur - calls.get(op, op.inner)
             share = own / step.dur if step.dur > 0 else 0.0
             seen.setdefault((op.name, nth), []).append((own, share, op, kernels[0]))

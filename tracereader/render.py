@@ -31,6 +31,7 @@ SCHEMA_VERSION = 2
 SCREEN = 80  # lines: the summary of any trace fits one screen
 NAME_WIDTH = 70
 MAX_OPS = 200  # listing: lines per list in a step; a step of 100k ops must stay readable
+STEP_LINES = 8  # listing: one line each for this many more steps; a long run stays one screen
 SMALL_OPS = 60  # a step this small (and findings.SMALL_STEP GPU items) is listed by default
 TOP = 6
 
@@ -380,6 +381,7 @@ def _listing(trace, all_steps, max_ops, kernels, ops, step) -> list[str]:
     both = not (kernels or ops)  # by default, or for --step/--all-steps alone: all of it
     chosen = range(len(trace.steps)) if all_steps else [step or 0]
     lines = []
+    short = 0  # one-line steps so far
     for i, s in enumerate(trace.steps):
         if i in chosen:
             lines += step_text(
@@ -391,6 +393,11 @@ def _listing(trace, all_steps, max_ops, kernels, ops, step) -> list[str]:
                 cpu=both or ops,
             )
         elif small and not (kernels or ops) and step is None:
+            short += 1
+            if short > STEP_LINES:
+                left = len(trace.steps) - i
+                lines.append(f"... {left} more steps (--all-steps lists every one)")
+                break
             times = ", ".join(f"{item.dur:.1f}" for item in s.gpu[:max_ops])
             lines.append(
                 f"{findings.step_summary(s)}"

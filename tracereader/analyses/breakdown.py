@@ -132,16 +132,41 @@ def temporal(items: list[GpuItem]) -> dict:
             "comm_us": 0.0,
             "comm_overlap_pct": None,
         }
-    span = max(i.ts + i.dur for i in items) - items[0].ts
-    compute_items = [i for i in items if i.kind == "kernel" and not is_comm(i)]
-    comm_items = [i for i in items if is_comm(i)]
-    busy_us = intervals.length_in_order(items)
-    compute_us = intervals.length_in_order(compute_items)
+    # one pass: the busy and compute unions as running intervals; communication kept aside
+    busy_us = compute_us = 0.0
+    b_start = b_end = c_start = c_end = -math.inf
+    comm_items = []
+    for item in items:
+        start = item.ts
+        end = start + item.dur
+        if start <= b_end:
+            if end > b_end:
+                b_end = end
+        else:
+            if b_end > -math.inf:
+                busy_us += b_end - b_start
+            b_start, b_end = start, end
+        if item.klass.cls == "collective":
+            comm_items.append(item)
+        elif item.kind == "kernel":
+            if start <= c_end:
+                if end > c_end:
+                    c_end = end
+            else:
+                if c_end > -math.inf:
+                    compute_us += c_end - c_start
+                c_start, c_end = start, end
+    busy_us += b_end - b_start
+    if c_end > -math.inf:
+        compute_us += c_end - c_start
+    span = b_end - items[0].ts  # the running union's end is the last end
     non_compute = busy_us - compute_us
     comm_us = intervals.length_in_order(comm_items)
-    overlap = (
-        intervals.overlap(intervals.of(comm_items), intervals.of(compute_items)) if comm_us else 0.0
-    )
+    if comm_us:
+        compute_items = [i for i in items if i.kind == "kernel" and not is_comm(i)]
+        overlap = intervals.overlap(intervals.of(comm_items), intervals.of(compute_items))
+    else:
+        overlap = 0.0
 
     def pct(x: float) -> float | None:
         return 100 * x / span if span > 0 else None

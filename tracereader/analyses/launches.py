@@ -16,13 +16,6 @@ import statistics
 from tracereader.model import Trace
 
 
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def read(trace: Trace) -> dict:
     delays: list[float] = []
     depths: list[int] = []
@@ -40,11 +33,12 @@ def read(trace: Trace) -> dict:
                 heapq.heappop(ends)
             depths.append(len(ends))
             heapq.heappush(ends, item.ts + item.dur)
+    delays.sort()  # once, for the median and the quantile
     return {
         "kernels": launched,
         "launch_delay_us": {
             "median": statistics.median(delays) if delays else None,
-            "p90": _quantile(delays, 0.9),
+            "p90": delays[min(len(delays) - 1, int(0.9 * len(delays)))] if delays else None,
         },
         "shorter_than_launch": short,
         "queue_depth": {

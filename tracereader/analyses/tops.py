@@ -72,12 +72,13 @@ def ops_by_self(trace: Trace, n: int) -> list[dict]:
     """CPU ops by self time: their time minus that of the ops nested directly in them."""
     self_us: dict[str, float] = {}
     count: dict[str, int] = {}
+    self_get, count_get = self_us.get, count.get  # bound once: this loop sees every op
     for step in trace.steps:
         for ops in (step.cpu_ops, step.other_ops):
             for op in ops:
                 name = op.name
                 own = op.dur - op.inner
-                self_us[name] = self_us.get(name, 0.0) + (own if own > 0.0 else 0.0)
-                count[name] = count.get(name, 0) + 1
+                self_us[name] = self_get(name, 0.0) + (own if own > 0.0 else 0.0)
+                count[name] = count_get(name, 0) + 1
     rows = [{"name": k, "self_us": v, "count": count[k]} for k, v in self_us.items()]
     return sorted(rows, key=lambda r: -r["self_us"])[:n]
