@@ -5,17 +5,26 @@
 # Logs, versions and traces go to OUT_DIR; each run's checks and readings are printed.
 #   bash tools/fsdp_gpu.sh OUT_DIR            # N=1, one GPU
 #   bash tools/fsdp_gpu.sh OUT_DIR 2          # N=2 (likewise 4, 8)      (PYTHON=python3 without uv)
+#   bash tools/fsdp_gpu.sh OUT_DIR 2 comm     # the same weights, 16x fewer tokens per rank:
+#                                             # compute no longer hides the all-gathers
+# The traces are packed into OUT_DIR/traces.tgz (rank folders for tools/hta_compare.py).
 set -u
-out=${1:?usage: tools/fsdp_gpu.sh OUT_DIR [RANKS]}
+out=${1:?usage: tools/fsdp_gpu.sh OUT_DIR [RANKS] [gpu|comm]}
 n=${2:-1}
 py=${PYTHON:-uv run python}
-shape="--batch 4 --seq 2048 --dim 2048 --hidden 5632 --heads 16 --layers 8 --vocab 32000"
+case ${3:-gpu} in
+    gpu) tokens="--batch 4 --seq 2048" ;;
+    comm) tokens="--batch 1 --seq 512" ;;
+    *) echo "unknown shape: $3 (gpu or comm)" >&2; exit 2 ;;
+esac
+shape="$tokens --dim 2048 --hidden 5632 --heads 16 --layers 8 --vocab 32000"
 mkdir -p "$out"
 $py -c "import torch; print(torch.cuda.get_device_name(), torch.cuda.device_count(), 'GPUs', torch.__version__, torch.version.cuda)" > "$out/versions.txt" 2>&1
 date -u +%Y-%m-%dT%H:%MZ >> "$out/versions.txt"
 cases=("eager:" "compile:--compile")
 if [ "$n" -gt 1 ]; then
-    cases+=("keep:--no-reshard-after-forward" "prefetch:--prefetch")
+    cases+=("keep:--no-reshard-after-forward" "prefetch:--prefetch"
+            "keep_prefetch:--no-reshard-after-forward --prefetch")
 fi
 failed=0
 for case in "${cases[@]}"; do
@@ -30,4 +39,5 @@ for case in "${cases[@]}"; do
     grep -E "correctness|^(forward|backward|optimizer):|MISMATCH|^rank [0-9]+:|per step|^ +[0-9]+ +[0-9.]+|skew|all-gather:|reduce-scatter:|bench|memory|error" "$log"
 done
 cat "$out/versions.txt"
+[ -d "$out/traces" ] && tar czf "$out/traces.tgz" -C "$out" traces && rm -rf "$out/traces"
 exit $failed
