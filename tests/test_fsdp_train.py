@@ -51,14 +51,14 @@ GROUPS = [f"blocks.{i}" for i in range(LAYERS)] + [""]  # FSDP groups: the block
 lesson = load_script("07_fsdp_train")
 
 
-def torchrun_launch(tmp: Path, *argv: str, fault: str | None = None):
-    """Two gloo ranks to the end. Returns (process, {rank: (stdout, stderr)})."""
-    command = check.launch_command(tmp / "logs", 2, *argv, "--device", "cpu", script=SCRIPT)
+def torchrun_launch(tmp: Path, *argv: str, fault: str | None = None, nproc: int = 2):
+    """gloo ranks to the end. Returns (process, {rank: (stdout, stderr)})."""
+    command = check.launch_command(tmp / "logs", nproc, *argv, "--device", "cpu", script=SCRIPT)
     proc = subprocess.run(
         command, cwd=ROOT, env=check.launch_env(fault), capture_output=True, text=True,
         timeout=LAUNCH_TIMEOUT_S,
     )  # fmt: skip
-    return proc, check.rank_logs(tmp / "logs", 2)
+    return proc, check.rank_logs(tmp / "logs", nproc)
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +131,24 @@ def test_rank0_speaks_and_the_others_are_silent(run):
     assert "MISMATCH" not in out and "all as expected" in out
     assert "2 of 2 ranks, gloo" in out and "all-gather: 18 in all" in out  # the reading
     assert logs[1] == ("", "")
+
+
+@pytest.mark.slow
+def test_four_ranks_shard_gather_and_reduce_alike(tmp_path):
+    """N > 2: four gloo ranks, resharding off (no all-gather in the backward): every rank
+    checked, its trace published, its collectives counted; rank 0 reads all four."""
+    argv = [*SMALL, "--no-reshard-after-forward", "--strict", "--traces-dir", str(tmp_path)]
+    proc, logs = torchrun_launch(tmp_path, *argv, nproc=4)
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs[0][1][-3000:]
+    out = logs[0][0]
+    for rank in range(4):
+        block = out.split(f"rank {rank}: collectives per step, expected vs seen")[1]
+        assert re.search(r"ok +forward +all-gather +3 per step +seen: 3", block)
+        assert re.search(r"ok +backward +all-gather +0 per step +seen: 0", block)
+        assert re.search(r"ok +backward +reduce-scatter +3 per step +seen: 3", block)
+    assert "4 of 4 ranks, gloo" in out and "all as expected" in out
+    traces = sorted((tmp_path / "07_fsdp_train").glob("*_rank*.json"))
+    assert [json.loads(t.read_text())["distributedInfo"]["rank"] for t in traces] == [0, 1, 2, 3]
 
 
 @pytest.mark.slow
