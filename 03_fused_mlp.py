@@ -173,16 +173,20 @@ def against_quack(forward, mlp, x, run) -> None:
     ours again before each of its variants); its first call, a JIT compile (with tuned=True
     also its autotuning), timed apart."""
     major = torch.cuda.get_device_capability(run.device)[0]
-    variants = quack_gemm.variants(major)
+    variants = quack_gemm.variants(major, run.dtype_name)
     if not variants:
-        print(f"  QuACK: not compared ({quack_gemm.unavailable(major)})")
+        print(f"  QuACK: not compared ({quack_gemm.unavailable(major, run.dtype_name)})")
         return
     ref = reference(x, mlp)
     for what, tuned in variants.items():
         quack = quack_gemm.QuackGeGLUMLP(mlp, tuned=tuned)
         start = time.perf_counter()
-        y = quack(x)
-        profiling.synchronize(run)
+        try:  # a JIT compile or an input it rejects: said, and the lesson goes on
+            y = quack(x)
+            profiling.synchronize(run)
+        except Exception as err:
+            print(f"  {what}: failed ({cli.one_line(err, 160)}); not timed")
+            continue
         first_s = time.perf_counter() - start
         err = check.relative_error(y, ref)
         if err > check.TOLERANCE[run.dtype]:

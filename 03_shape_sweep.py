@@ -313,7 +313,7 @@ def main(argv=None) -> int:
     compiling = cli.compile_in_process()  # before any torch.compile; the sweep times compiles
     print(f"compiles run {compiling}")
     major = torch.cuda.get_device_capability(run.device)[0] if run.on_gpu else None
-    variants = choose_variants(args.variants, run.on_gpu, major)
+    variants = choose_variants(args.variants, run.on_gpu, major, run.dtype_name)
     shapes = [(b, s, args.hidden) for b, s in args.shapes]
     if args.hidden_change:
         shapes.append((*args.shapes[-1], args.hidden_change))
@@ -355,12 +355,14 @@ def main(argv=None) -> int:
     return 0
 
 
-def choose_variants(chosen: list[str] | None, on_gpu: bool, major: int | None = None) -> list[str]:
+def choose_variants(
+    chosen: list[str] | None, on_gpu: bool, major: int | None = None, dtype: str = "bf16"
+) -> list[str]:
     """The variants to run: those asked for, refused in one line where one needs a GPU that is
     not there; by default all, the GPU-only ones skipped with a note on a CPU, quack skipped
     with a note where it cannot run on this GPU (major: its compute capability)."""
     if on_gpu:
-        why = quack_gemm.unavailable(major)
+        why = quack_gemm.unavailable(major, dtype)
         if chosen and "quack" in chosen and why:
             raise cli.UsageError(f"the quack variant cannot run here: {why}")
         if chosen:

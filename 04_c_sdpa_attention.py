@@ -52,6 +52,7 @@ fa4-sdpa are refused in one line.
 """
 
 import contextlib
+import importlib.metadata
 import sys
 
 import torch
@@ -129,6 +130,8 @@ def fa4_unavailable(backend: str, run: cli.Run) -> str | None:
             f"flash_attn.cute does not import ({cli.one_line(err, 160)}); install "
             "flash-attn-4: uv sync --extra hopper"
         )
+    if run.dtype not in (torch.bfloat16, torch.float16):  # FA4 asserts it on its inputs
+        return f"FlashAttention-4 takes bf16 or fp16 inputs, not {run.dtype_name}"
     major, minor = torch.cuda.get_device_capability(run.device)
     if major not in FA4_MAJORS[backend]:
         majors = " or ".join(f"{m}.x" for m in FA4_MAJORS[backend])
@@ -140,6 +143,12 @@ def fa4_unavailable(backend: str, run: cli.Run) -> str | None:
             return (
                 f"torch {torch.__version__} has no torch.nn.attention."
                 "activate_flash_attention_impl (SDPA's FA4 route, a prototype)"
+            )
+        fa4 = importlib.metadata.version("flash-attn-4")
+        if torch.__version__ < (2, 15) and fa4 != "4.0.0b18":  # its forward's return changed
+            return (
+                f"torch {torch.__version__.split('+')[0]}'s FA4 route unpacks two values from "
+                f"FA4's forward, which flash-attn-4 {fa4} no longer returns: use 4.0.0b18"
             )
     return None
 

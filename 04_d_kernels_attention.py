@@ -154,16 +154,15 @@ def main(argv=None) -> int:
             f"{major}.{minor}: use --variant fa2"
         )
     cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=0), run)
-    out = outputs.prepare(
-        args.traces_dir,
-        SCRIPT,
-        f"{outputs.run_tag(shapes.attention_tag(args), args, run)}_{args.variant}",
-        gzip=args.gzip,
-    )
-
     flash_attn_func, source = load_flash_attn_func(args.variant)
     # fa4 where FlashAttention-4 answered (its function lives in flash_attn.cute), else the Hub's
     which = "fa4" if flash_attn_func.__module__.startswith("flash_attn.cute") else args.variant
+    out = outputs.prepare(  # named after the kernel that answered: an FA4 trace is not FA2's
+        args.traces_dir,
+        SCRIPT,
+        f"{outputs.run_tag(shapes.attention_tag(args), args, run)}_{which}",
+        gzip=args.gzip,
+    )
     pinned = "" if which == "fa4" else f" (version {VARIANTS[args.variant][1]})"
     print(f"flash_attn_func: {source}{pinned}")
     # [batch, seq, heads, head_dim]: seq and heads swapped against SDPA's layout.

@@ -191,7 +191,12 @@ def memory_model(args, model: nn.Module, on_gpu: bool) -> dict[str, int]:
 
 
 def parse(argv):
-    parser = cli.make_parser(__doc__, prog=f"{SCRIPT}.py")
+    parser = cli.make_parser(
+        __doc__,
+        prog=f"{SCRIPT}.py",
+        bench_help="after profiling, time the whole training step without the profiler, then each "
+        "phase (forward, backward, optimizer) with a clock between them",
+    )
     training.add_model_flags(parser)
     parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="foreach",
                         help="AdamW's implementation (default: foreach, torch's)")  # fmt: skip

@@ -61,8 +61,15 @@ def traces_folder(text: str) -> str:
     return text
 
 
-def make_parser(doc: str | None, *, prog: str) -> Parser:
-    """A parser with the flags every script shares; the script adds its own shape flags."""
+BENCH_HELP = (
+    "after profiling, time the forward without the profiler (median and 20th/80th "
+    "percentiles) and, on a GPU, compare it with the device's measured ceilings"
+)
+
+
+def make_parser(doc: str | None, *, prog: str, bench_help: str = BENCH_HELP) -> Parser:
+    """A parser with the flags every script shares; the script adds its own shape flags
+    (and says what its --bench times, where that is not a forward)."""
     parser = Parser(prog=prog, description=doc)
     parser.add_argument(
         "--device",
@@ -137,8 +144,7 @@ def make_parser(doc: str | None, *, prog: str) -> Parser:
     parser.add_argument(
         "--bench",
         action="store_true",
-        help="after profiling, time the forward without the profiler (median and 20th/80th "
-        "percentiles) and, on a GPU, compare it with the device's measured ceilings",
+        help=bench_help,
     )
     parser.add_argument(
         "--fresh-ceilings",

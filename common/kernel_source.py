@@ -81,6 +81,11 @@ def _kernels_logs_held() -> Iterator[_Held]:
         logger.propagate = propagate
 
 
+# What the kernels library raises when the Hub answered no (kernels 0.17.2, hf_hub.py): the
+# cache must not be read around it, unlike "could not verify publisher trust status" (no answer).
+_HUB_REFUSALS = ("is not from a trusted publisher",)
+
+
 def _short(reason: str, limit: int = 160) -> str:
     return reason if len(reason) <= limit else reason[: limit - 3].rsplit(" ", 1)[0] + "..."
 
@@ -98,7 +103,8 @@ def load(
             return _noted(fetch(), held), hub_source(repo_id)
         except Exception as err:  # no network, cold cache, refused trust check, no build variant
             reason = _short(one_line(err, 1000))
-        if online:  # the Hub did not answer: a warm cache still can
+        # the Hub did not answer: a warm cache still can; a refusal the Hub gave stands
+        if online and not any(s in reason for s in _HUB_REFUSALS):
             held.records.clear()
             try:
                 with _hub_offline():

@@ -22,11 +22,13 @@ MAJORS = (9,)
 TUNED = {"QuACK gemm_gated, tuned=False": False, "QuACK gemm_gated, tuned=True": True}
 
 
-def unavailable(major: int | None) -> str | None:
-    """Why QuACK's gated GEMM cannot run (major: the GPU's compute capability, None: no GPU),
-    or None."""
+def unavailable(major: int | None, dtype: str = "bf16") -> str | None:
+    """Why QuACK's gated GEMM cannot run (major: the GPU's compute capability, None: no GPU;
+    dtype: the run's, by its short name), or None."""
     if major is None:
         return "QuACK's kernels are CUDA code (CuTe DSL) with no CPU build"
+    if dtype not in ("bf16", "fp16"):
+        return f"QuACK's gated GEMM takes bf16 or fp16, not {dtype}"
     if major not in MAJORS:
         return f"QuACK's gated GEMM was run here on SM90 only; this GPU is SM{major}x"
     try:
@@ -40,9 +42,9 @@ def unavailable(major: int | None) -> str | None:
     return None
 
 
-def variants(major: int | None) -> dict[str, bool]:
+def variants(major: int | None, dtype: str = "bf16") -> dict[str, bool]:
     """The QuACK variants to measure on this GPU ({what: tuned}); none where it cannot run."""
-    return {} if unavailable(major) else dict(TUNED)
+    return {} if unavailable(major, dtype) else dict(TUNED)
 
 
 def gate_up_weight(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""What 06_train_step needs beside its loop: one step checked against a float32 reference
-step, and the recorded steps cut into the phases the lesson annotates.
+"""What the training lessons (06_train_step, 07_fsdp_train) share beside their loops: the
+model's flags, one step checked against a float32 reference step (with FSDP's bf16 budget),
+the recorded steps cut into the phases the lessons annotate, and the collectives per phase.
 
 The phases are the lesson's own record_function ranges (forward, backward, optimizer) on the
 thread that runs the loop. The backward's work on a GPU is launched from the autograd engine's

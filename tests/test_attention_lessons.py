@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -155,6 +157,20 @@ def test_flashattention_4_on_a_cpu_is_one_line_and_writes_nothing(backend, tmp_p
         "(CuTe DSL kernels) with no CPU build"
     ]
     assert not list(tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("backend", ["fa4", "fa4-sdpa"])
+def test_flashattention_4_refuses_fp32_before_it_runs(backend, monkeypatch):
+    """FA4 asserts bf16/fp16 inputs: on a GPU with flash-attn-4 installed, --dtype fp32 is a
+    reason given up front (one line, or left out of --backend all), not a traceback."""
+    cute = types.ModuleType("flash_attn.cute")
+    monkeypatch.setitem(sys.modules, "flash_attn", types.ModuleType("flash_attn"))
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    lesson = load_script("04_c_sdpa_attention")
+    run = cli.Run(torch.device("cuda"), torch.float32, "fp32")  # never touches the device
+    assert lesson.fa4_unavailable(backend, run) == (
+        "FlashAttention-4 takes bf16 or fp16 inputs, not fp32"
+    )
 
 
 def test_host_time_splits_the_forward_into_its_ops_self_times(tmp_path):

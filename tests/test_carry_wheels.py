@@ -82,6 +82,18 @@ def test_install_refuses_while_a_part_is_missing(packed, tmp_path):
     assert not target.exists()
 
 
+def test_install_leaves_a_folder_it_did_not_fill_alone(packed, tmp_path):
+    """--target pointed at a folder of someone else's (a site-packages): refused, untouched."""
+    _, folders = packed
+    store, target = tmp_path / "store", tmp_path / "site-packages"
+    target.mkdir()
+    (target / "theirs.py").write_text("kept = True\n")
+    for folder in folders:
+        proc = run("install", folder, "--store", store, "--target", target)
+    assert proc.returncode == 2 and "did not install" in proc.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["theirs.py"]
+
+
 def test_a_damaged_part_is_refused_and_not_kept(packed, tmp_path):
     _, folders = packed
     part = next(folders[1].glob("wheels.tar.*"))

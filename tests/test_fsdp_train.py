@@ -309,9 +309,19 @@ def test_the_lesson_shows_its_plan_and_profiler_loop():
         *PROFILER_CALLS,
     ):
         assert call in source
-    one, per_phase = lesson.EXPECT(LAYERS, reshard=True, world=1)
-    assert "c10d::_allgather_base_" in one.cpu_absent and one.gpu["collective"] == 0
-    assert not any(per_phase.values())  # one rank: FSDP2 issues no collective
+
+
+@pytest.mark.slow
+def test_one_rank_says_fsdp2_skips_its_collectives_and_holds_to_it(tmp_path):
+    """N = 1, the compute baseline: the lesson says FSDP2 gathers and reduces nothing, and
+    --strict holds it to that on the trace (no c10d collective in any step)."""
+    argv = [*SMALL, "--strict", "--traces-dir", str(tmp_path)]
+    proc, logs = torchrun_launch(tmp_path, *argv, nproc=1)
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs[0][1][-3000:]
+    assert "one rank: FSDP2 skips its all-gathers and reduce-scatters" in logs[0][0]
+    (trace,) = (tmp_path / "07_fsdp_train").glob("*_rank0.json")
+    events = read_trace(trace)
+    assert steps(events) and not [e for e in events if e["name"].startswith("c10d::")]
 
 
 # --- the reader's collective kinds on another project's real FSDP-era trace -----------------

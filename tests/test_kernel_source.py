@@ -123,3 +123,19 @@ def test_offline_a_warm_cache_answers_for_any_publisher(tmp_path):
     lines = load_any({"HF_HUB_CACHE": str(hub)}, tmp_path)  # HF_HUB_OFFLINE=1 by default
     assert lines["ORIGIN"] == "tiny-test-repo"
     assert lines["SOURCE"] == f"{SOMEONE} from the local Hub cache (HF_HUB_OFFLINE=1)"
+
+
+def test_a_refusal_the_hub_gave_is_not_read_around_from_the_cache(monkeypatch):
+    """The Hub answered "not from a trusted publisher": no second try from the cache (which
+    skips the trust check); the fallback gets the Hub's reason. Only the Hub is stood in for."""
+    from common import kernel_source
+
+    monkeypatch.setattr(kernel_source.constants, "HF_HUB_OFFLINE", False)
+    tries = []
+
+    def fetch():
+        tries.append(1)
+        raise ValueError(f"Kernel repository '{SOMEONE}' is not from a trusted publisher.")
+
+    got = kernel_source.load(fetch, SOMEONE, fallback=lambda reason: (None, reason))
+    assert tries == [1] and "not from a trusted publisher" in got[1]

@@ -69,3 +69,12 @@ def test_the_sweep_counts_quacks_gated_gemm_as_the_fused_gate_up():
     name = "kernel_cutlass_kernel_quackepiloguefrontendGemmMod_linear_act_epi_object_at__sm90_0"
     assert sweep.role(name) == "fused"
     assert sweep.role("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopB_TNT") == "gemm"
+
+
+def test_quack_is_left_out_of_an_fp32_run_with_its_reason(quack_installed):
+    """Its gated GEMM takes bf16/fp16: an fp32 sweep skips it, and asking for it is refused."""
+    sweep = load_script("03_shape_sweep")
+    assert "fp32" in quack_gemm.unavailable(9, "fp32")
+    assert "quack" not in sweep.choose_variants(None, on_gpu=True, major=9, dtype="fp32")
+    with pytest.raises(cli.UsageError, match="takes bf16 or fp16, not fp32"):
+        sweep.choose_variants(["quack"], on_gpu=True, major=9, dtype="fp32")

@@ -8,6 +8,7 @@ import copy
 import gzip
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -172,6 +173,17 @@ def test_the_process_group_size_not_the_world_size():
     )
     (item,) = [i for i in trace.steps[0].gpu if collectives.is_comm(i)]
     assert collectives.kind(item) == "all-reduce" and collectives.group_size(item, trace) == 2
+
+
+def test_a_collective_without_its_own_record_is_sized_by_its_whole_buffer():
+    """Traces without the kernel's message size fall back on the issuing op's inputs. c10d's
+    reduce-scatter takes (output, input): the first input is the shard, the buffer is the
+    largest; an all-gather, (output, input), likewise."""
+    op = SimpleNamespace(
+        name="c10d::_reduce_scatter_base_",
+        args={"Input Dims": [[8, 16], [16, 16], []], "Input type": ["float", "float", "int"]},
+    )
+    assert collectives.largest_input(op) == (16 * 16 * 4, "float [16, 16]")
 
 
 # --- findings: the time at stake ------------------------------------------------------------

@@ -142,8 +142,9 @@ def pack(wheels_dir: Path, out: Path, part_mib: float) -> list[Path]:
             for w in wheels
         },
     }
-    if out.exists():
-        shutil.rmtree(out)
+    for old in out.glob("part*"):  # an earlier pack's parts; nothing else of the folder's
+        if (old / MANIFEST).exists():
+            shutil.rmtree(old)
     folders = []
     for i, chunk in enumerate(chunks, 1):
         folder = out / f"part{i}"
@@ -243,6 +244,8 @@ def python_path(target: Path) -> str:
 def install(folder: Path, store: Path, target: Path, pip: list[str]) -> None:
     manifest = gather(folder, store)
     stamp = target / ".carry_wheels_installed"
+    if target.is_dir() and any(target.iterdir()) and not stamp.exists():  # not ours to replace
+        raise Refusal(f"--target {target} holds files this tool did not install: choose another")
     if stamp.exists() and stamp.read_text() == manifest["bundle_sha256"]:
         print(f"install: already installed in {target} (same bundle)")
     else:

@@ -24,6 +24,7 @@ fi
 work=$(mktemp -d)
 traces="$work/traces"
 mkdir -p "$out" "$traces"
+out=$(cd "$out" && pwd)  # absolute: the archive is written from inside $work
 # A machine without a network: offline at once (a cold cache, so 04_d moves on to FA4).
 export HF_HUB_OFFLINE=1 HF_HUB_CACHE="$work/hub-cache" PYTHONUNBUFFERED=1
 failed=()
@@ -79,7 +80,10 @@ if [ "$what" != attention ]; then
         --m 8192 --dim 4096 --hidden 14336
 fi
 
-cd "$work" && tar czf "$out/hopper_gpu_${what}.tar.gz" --exclude hub-cache . && cd - > /dev/null
+if ! tar czf "$out/hopper_gpu_${what}.tar.gz" -C "$work" --exclude hub-cache .; then
+    echo "error: could not write the archive; the logs stay in $work" >&2
+    exit 1
+fi
 echo "archive: $out/hopper_gpu_${what}.tar.gz ($(du -h "$out/hopper_gpu_${what}.tar.gz" | cut -f1))"
 # What to read first, per log (the archive holds everything).
 for log in "$work"/*.log; do

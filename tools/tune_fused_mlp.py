@@ -100,12 +100,12 @@ def plain_candidates(quick: bool) -> list[Config]:
     ]
 
 
-def quack_variants(major: int | None) -> list[tuple[str, str, bool]]:
+def quack_variants(major: int | None, dtype: str = "bf16") -> list[tuple[str, str, bool]]:
     """(gate/up kernel row, whole-forward row, tuned) per QuACK variant timed on this GPU
     (major: its compute capability); none where QuACK's gated GEMM cannot run."""
     return [
         (f"{what} (gate/up + GeGLU)", f"QuACK MLP: {what} + cuBLAS down", tuned)
-        for what, tuned in quack_gemm.variants(major).items()
+        for what, tuned in quack_gemm.variants(major, dtype).items()
     ]
 
 
@@ -444,9 +444,9 @@ def main() -> int:
 
     # QuACK's gated GEMM: its first call per variant (JIT compile; tuned=True: autotuning
     # too) timed apart, then its kernel alone and its whole forward join the passes.
-    quacks = quack_variants(major)
+    quacks = quack_variants(major, args.dtype)
     if not quacks:
-        print(f"  (QuACK not measured: {quack_gemm.unavailable(major)})")
+        print(f"  (QuACK not measured: {quack_gemm.unavailable(major, args.dtype)})")
     b_quack = quack_gemm.gate_up_weight(gate, up) if quacks else None
     for kernel_what, forward_what, tuned in quacks:
 

@@ -44,25 +44,13 @@ from tracereader.devices import datasheet
 from tracereader.explain import dump_json, load_or_exit, stdout_closed
 from tracereader.kernel_names import labels
 from tracereader.load import GpuItem, Trace
+from tracereader.model import ELEMENT_BYTES
 from tracereader.render import duration
 
 CHANGED = 0.10  # a kernel group or op whose per-step time moves by more than this has changed
 TOP_CHANGES = 12
 
 LABEL_WIDTH = 44
-
-DTYPE_BYTES = {
-    "c10::BFloat16": 2,
-    "c10::Half": 2,
-    "float": 4,
-    "double": 8,
-    "c10::Float8_e4m3fn": 1,
-    "int": 4,
-    "long int": 8,
-    "bool": 1,
-    "unsigned char": 1,
-    "signed char": 1,
-}
 
 
 def _kernels(trace: Trace) -> list[GpuItem]:
@@ -82,9 +70,9 @@ def item_bytes(item: GpuItem) -> int | None:
     if not dims or not types:
         return None
     tensors = [
-        (shape, DTYPE_BYTES[dtype])
+        (shape, ELEMENT_BYTES[dtype])
         for shape, dtype in zip(dims, types, strict=False)
-        if shape and dtype in DTYPE_BYTES
+        if shape and dtype in ELEMENT_BYTES
     ]
     if not tensors:
         return None

@@ -542,6 +542,15 @@ ELEMENT_TYPES = {
     "fp64": ("double", "float64"),
 }
 DTYPES = {spelling: short for short, (spelling, _) in ELEMENT_TYPES.items()}  # as traces spell them
+# Element sizes by the names torch records: "Input type" on CPU ops (c10::BFloat16, float) and
+# "dtype" on collectives (BFloat16, Float).
+ELEMENT_BYTES = {
+    **{name: 2 for name in ("c10::BFloat16", "BFloat16", "c10::Half", "Half")},
+    **{name: 4 for name in ("float", "Float", "int", "Int")},
+    **{name: 8 for name in ("double", "Double", "long int", "Long")},
+    **{name: 1 for name in ("c10::Float8_e4m3fn", "Float8_e4m3fn", "Float8_e5m2", "bool", "Bool")},
+    **{name: 1 for name in ("unsigned char", "Byte", "signed char", "Char")},
+}
 
 
 def input_dtype(step: Step) -> str | None:

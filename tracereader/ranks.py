@@ -66,24 +66,6 @@ TRACE_FILE = re.compile(r"\.json(\.gz)?$")
 COLLECTIVE_OP = re.compile(
     r"^(c10d::|_c10d_functional::|c10d_functional::|record_param_comms$|nccl:|gloo:)"
 )
-# Element sizes by the names torch records: "Input type" on CPU ops (c10::BFloat16, float)
-# and "dtype" on collectives (BFloat16, Float).
-DTYPE_BYTES = {
-    "c10::BFloat16": 2,
-    "BFloat16": 2,
-    "c10::Half": 2,
-    "Half": 2,
-    "float": 4,
-    "Float": 4,
-    "double": 8,
-    "Double": 8,
-    "c10::Float8_e4m3fn": 1,
-    "Float8_e4m3fn": 1,
-    "int": 4,
-    "Int": 4,
-    "long int": 8,
-    "Long": 8,
-}
 
 
 class RunError(Exception):
@@ -212,23 +194,6 @@ def is_collective_kernel(item: GpuItem) -> bool:
     return item.klass.cls == "collective"  # kernel_names.COLLECTIVE: one pattern for the reader
 
 
-def _size(shape, dtype) -> tuple[int, str] | None:
-    if dtype not in DTYPE_BYTES or not isinstance(shape, (list, tuple)) or not shape:
-        return None
-    if not all(isinstance(d, int) and d >= 0 for d in shape):
-        return None
-    return math.prod(shape) * DTYPE_BYTES[dtype], f"{dtype.removeprefix('c10::')} {list(shape)}"
-
-
-def _op_bytes(op) -> tuple[int, str] | None:
-    """The largest tensor input an op recorded (dims and type), as (bytes, 'type [dims]'):
-    a collective's whole buffer, as analyses.collectives counts it (all-gather's output,
-    reduce-scatter's input: c10d's ops take the output first)."""
-    dims, types = op.args.get("Input Dims"), op.args.get("Input type")
-    sizes = [_size(shape, dtype) for shape, dtype in zip(dims or (), types or (), strict=False)]
-    return max((found for found in sizes if found), default=None, key=lambda f: f[0])
-
-
 def collective_bytes(item: GpuItem) -> tuple[int, str] | None:
     """The message's size (analyses.collectives.message): from the kernel's own args, else
     from the op that issued it."""
@@ -282,7 +247,7 @@ def _cpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     comm = _length(_measure([(op.ts, op.end) for op in ops]))
     collectives = []
     for op, kind in issued_collectives(step.cpu_ops):
-        found = _collective(op.name, base + op.ts, op.dur, _op_bytes(op))
+        found = _collective(op.name, base + op.ts, op.dur, coll.largest_input(op))
         found.kind = kind
         collectives.append(found)
     return RankStep(

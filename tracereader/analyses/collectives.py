@@ -16,6 +16,7 @@ compute kernels and the exposed part (communication while no compute runs), by u
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import weakref
@@ -23,30 +24,8 @@ import weakref
 from tracereader import intervals
 from tracereader.analyses import breakdown
 from tracereader.analyses.breakdown import is_comm
-from tracereader.model import GpuItem, Step, Trace, ancestors
+from tracereader.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors
 
-# Element sizes by the names torch records: "dtype" on collectives (BFloat16, Float) and
-# "Input type" on CPU ops (c10::BFloat16, float).
-DTYPE_BYTES = {
-    "BFloat16": 2,
-    "Half": 2,
-    "Float": 4,
-    "Double": 8,
-    "Float8_e4m3fn": 1,
-    "Float8_e5m2": 1,
-    "Int": 4,
-    "Long": 8,
-    "Byte": 1,
-    "Char": 1,
-    "Bool": 1,
-    "c10::BFloat16": 2,
-    "c10::Half": 2,
-    "float": 4,
-    "double": 8,
-    "c10::Float8_e4m3fn": 1,
-    "int": 4,
-    "long int": 8,
-}
 # kind -> (pattern over torch's collective name or the kernel's name, bus factor of N)
 KINDS = (
     ("all-reduce", re.compile(r"all_?reduce", re.I), lambda n: 2 * (n - 1) / n),
@@ -106,21 +85,34 @@ def _record(item: GpuItem):
 def message(item: GpuItem) -> tuple[int | None, str]:
     """(bytes, how they were read) of one collective, or (None, "")."""
     rec = _record(item)
-    size = DTYPE_BYTES.get(rec.get("dtype"))
+    size = ELEMENT_BYTES.get(rec.get("dtype"))
     counts = [rec.get(k) for k in ("In msg nelems", "Out msg nelems")]
     counts = [c for c in counts if type(c) is int and c >= 0]
     if size and counts:
         n = max(counts)
         return n * size, f"{rec['dtype']} x{n}"
-    for op in ancestors(item.launcher):  # older traces: the issuing op's recorded input
-        dims, types = op.args.get("Input Dims"), op.args.get("Input type")
-        for shape, dtype in zip(dims or (), types or (), strict=False):
-            if dtype in DTYPE_BYTES and shape and all(type(d) is int for d in shape):
-                count = 1
-                for d in shape:
-                    count *= d
-                return count * DTYPE_BYTES[dtype], f"{dtype.removeprefix('c10::')} {list(shape)}"
+    for op in ancestors(item.launcher):  # older traces: the issuing op's recorded inputs
+        found = largest_input(op)
+        if found is not None:
+            return found
     return None, ""
+
+
+def _size(shape, dtype) -> tuple[int, str] | None:
+    if dtype not in ELEMENT_BYTES or not isinstance(shape, (list, tuple)) or not shape:
+        return None
+    if not all(type(d) is int and d >= 0 for d in shape):
+        return None
+    return math.prod(shape) * ELEMENT_BYTES[dtype], f"{dtype.removeprefix('c10::')} {list(shape)}"
+
+
+def largest_input(op) -> tuple[int, str] | None:
+    """The largest tensor input an op recorded (dims and type), as (bytes, 'type [dims]'):
+    a collective's whole buffer (all-gather's output, reduce-scatter's input: c10d's ops
+    take the output first, so the first input is the shard of one of them)."""
+    dims, types = op.args.get("Input Dims"), op.args.get("Input type")
+    sizes = [_size(shape, dtype) for shape, dtype in zip(dims or (), types or (), strict=False)]
+    return max((found for found in sizes if found), default=None, key=lambda f: f[0])
 
 
 def group_size(item: GpuItem, trace: Trace) -> int | None:
