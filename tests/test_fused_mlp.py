@@ -64,6 +64,19 @@ def test_kernels_match_the_float32_reference_on_odd_shapes_in_every_dtype(interp
 
 
 @pytest.mark.slow
+def test_opt_in_hopper_epi_path_matches_the_float32_reference(interpreted):
+    """Its split store, tiles grouped along N and two programs per SM, through the interpreter
+    (there tanh comes from exp2: tanh.approx is inline assembly, which only a GPU runs)."""
+    report, _, _ = interpreted
+    cases = report["hopper_epi"]
+    assert len(cases) == 12
+    for case in cases:
+        assert case["shape_ok"], case
+        assert case["error"] <= case["tolerance"], case
+    assert any("along-n split2 tanh.approx" in c["case"] and "2/SM" in c["case"] for c in cases)
+
+
+@pytest.mark.slow
 def test_module_under_torch_compile_has_no_graph_break(interpreted):
     report, _, _ = interpreted
     for case in report["modules"]:
@@ -119,6 +132,11 @@ def test_kernel_names_are_classed_as_hand_written_triton():
         name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         assert classify(name).cls == "triton"
         assert classify(f"{name}_0").cls == "triton"  # as Inductor's wrapper names its call
+
+
+def test_the_opt_in_kernel_name_is_classed_as_hand_written_triton():
+    name = fused_geglu.fused_gate_up_geglu_tma_epi_kernel.fn.__name__
+    assert classify(name).cls == "triton" and classify(f"{name}_0").cls == "triton"
 
 
 # --- real H100 traces (tests/fixtures/h100/03_fused_mlp) -------------------------------------
@@ -267,6 +285,31 @@ def test_tuner_candidates_are_distinct_and_print_as_pasteable_code():
             assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
     for shipped in fused_geglu.CONFIGS.values():  # what the tuner prints pastes back as is
         assert eval(tuner.as_code(shipped), {"Config": tuner.Config}) == shipped
+
+
+def test_tuner_lists_the_opt_in_path_with_distinct_pasteable_candidates():
+    tuner = load_tuner()
+    assert "hopper-epi" in tuner.PATHS
+    for quick in (False, True):
+        candidates = tuner.hopper_epi_candidates(quick)
+        assert len(set(candidates)) == len(candidates)
+        assert fused_geglu.CONFIGS["hopper-epi"] in candidates  # the committed one is timed
+        for cfg in candidates:
+            assert cfg.path == "hopper-epi" and cfg.block_n % 32 == 0
+            assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+
+
+@pytest.mark.slow
+def test_tuner_refuses_an_unknown_path_in_one_line():
+    proc = subprocess.run(
+        [sys.executable, "tools/tune_fused_mlp.py", "--paths", "hopper,hoper"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: --paths takes hopper, hopper-epi, plain; got")
+    assert proc.stderr.count("\n") == 1
 
 
 @pytest.mark.slow
