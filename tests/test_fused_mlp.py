@@ -313,6 +313,53 @@ def test_tuner_refuses_an_unknown_path_in_one_line():
 
 
 @pytest.mark.slow
+def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memory():
+    """tools/fused_geglu_sass.py compiles both committed Hopper configurations for sm_90 with
+    Triton's own ptxas (no GPU): hopper-epi's GeGLU is one MUFU.TANH per element where the
+    hopper path spends an exp2 and a reciprocal, its two stores per tile are two TMA stores,
+    and its 4 stages fit in Hopper's 227 KB."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "tools/fused_geglu_sass.py"],
+        cwd=ROOT,
+        env={**env, "TRITON_DEFAULT_FP_FUSION": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("configuration"))
+    columns = header.split()[3:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("hopper"):
+            fields = line.split()
+            kb = next(f for f in fields if f.endswith("KB"))
+            counts = fields[fields.index(kb) + 2 :]
+            rows[fields[0]] = (float(kb[:-2]), dict(zip(columns, map(int, counts), strict=True)))
+    shared, epi = rows["hopper-epi"]
+    _, hopper = rows["hopper"]
+    assert epi["MUFU.TANH"] >= 64 and epi["MUFU.EX2"] == 0
+    assert hopper["MUFU.TANH"] == 0 and hopper["MUFU.EX2"] >= 64 and hopper["MUFU.RCP"] >= 64
+    assert epi["UTMASTG"] == 2 * hopper["UTMASTG"]
+    assert shared <= 227
+
+
+@pytest.mark.slow
+def test_ncu_driver_refuses_an_unknown_config_before_looking_for_a_gpu():
+    proc = subprocess.run(
+        [sys.executable, "tools/ncu_fused_mlp.py", "--configs", "hopper,hoper"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert (
+        proc.stderr.startswith("error: --configs takes hopper,") and "'hopper,hoper'" in proc.stderr
+    )
+
+
+@pytest.mark.slow
 def test_tuner_on_a_cpu_says_it_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
