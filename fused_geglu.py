@@ -30,6 +30,7 @@ INTERPRETING = triton.knobs.runtime.interpret
 # (triton-lang/triton#11584). Interpreted kernels convert the operands to float32 first; on a
 # GPU this constant is False and the compiler drops the branch.
 UPCAST_FOR_INTERPRETER = tl.constexpr(INTERPRETING)
+HARDWARE_TANH = tl.constexpr(not INTERPRETING)  # see tanh_hardware
 if INTERPRETING:  # gelu_tanh lets exp2 overflow to inf on purpose; NumPy would warn every time
     warnings.filterwarnings("ignore", "overflow encountered in exp2", RuntimeWarning)
 # What the first call's time is made of.
@@ -56,6 +57,12 @@ def gelu_tanh(g):
 
 
 @triton.jit
+def gate_up_halves(acc, HALF: tl.constexpr):
+    """[BLOCK_M, 2 * HALF] -> its first HALF columns and its last HALF, as two tensors."""
+    return tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, HALF)), (0, 2, 1)))
+
+
+@triton.jit
 def geglu(acc, HALF: tl.constexpr):
     """[BLOCK_M, 2 * HALF] accumulator -> gelu_tanh(gate) * up, [BLOCK_M, HALF], in float32.
 
@@ -63,9 +70,30 @@ def geglu(acc, HALF: tl.constexpr):
     rows (pack_gate_up), so columns j and HALF + j of the tile are the same hidden unit's g and
     u. The reshape and split only relabel registers: the pairs already sit in one thread.
     """
-    pairs = tl.permute(tl.reshape(acc, (acc.shape[0], 2, HALF)), (0, 2, 1))
-    gate, up = tl.split(pairs)
+    gate, up = gate_up_halves(acc, HALF)
     return gelu_tanh(gate) * up
+
+
+@triton.jit
+def tanh_hardware(z):
+    """tanh in one instruction (tanh.approx.f32, one special-function op, ~2^-11 relative error,
+    far under bf16's 2^-8), where gelu_tanh spends two (exp2, then the division's reciprocal).
+    Triton's interpreter cannot run inline assembly: there, the same tanh through exp2."""
+    if HARDWARE_TANH:
+        return tl.inline_asm_elementwise(
+            "tanh.approx.f32 $0, $1;", "=f,f", [z], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        return 2.0 / (1.0 + tl.exp2(z * (-2.0 * 1.4426950408889634))) - 1.0
+
+
+@triton.jit
+def geglu_hardware_tanh(acc, HALF: tl.constexpr):
+    """geglu with gelu_tanh as QuACK's epilogue computes it: 0.5 * (g * tanh(z) + g), tanh by
+    the hardware. [BLOCK_M, 2 * HALF] accumulator -> [BLOCK_M, HALF], in float32."""
+    gate, up = gate_up_halves(acc, HALF)
+    z = gate * (0.7978845608028654 + 0.7978845608028654 * 0.044715 * gate * gate)
+    return 0.5 * (gate * tanh_hardware(z) + gate) * up
 
 
 @triton.jit
@@ -77,6 +105,20 @@ def tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     group_rows = min(num_pid_m - first_m, GROUP_M)
     pid_m = first_m + (tile_id % tiles_per_group) % group_rows
     pid_n = (tile_id % tiles_per_group) // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def tile_coordinates_along(
+    tile_id, num_pid_m, num_pid_n, GROUP: tl.constexpr, ALONG_N: tl.constexpr
+):
+    """tile_coordinates, or with rows and columns swapped (ALONG_N): GROUP column blocks at a
+    time, walking down the rows. QuACK's scheduler picks the latter unless N has more groups
+    of tiles than M (it also reverses every other group, which this does not)."""
+    if ALONG_N:
+        pid_n, pid_m = tile_coordinates(tile_id, num_pid_n, num_pid_m, GROUP)
+    else:
+        pid_m, pid_n = tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP)
     return pid_m, pid_n
 
 
@@ -196,6 +238,74 @@ def fused_gate_up_geglu_tma_kernel(
         out_desc.store([pid_m * BLOCK_M, pid_n * HALF], m.to(out_ptr.dtype.element_ty))
 
 
+# --- The Hopper path with what fits from QuACK's gated GEMM (opt-in: "hopper-epi") ----------
+# docs/measurements.md, "QuACK's gated GEMM against ours, read from the source", says what each
+# change is for. Same main loop as above; what differs is after it: the tile order, the tanh
+# and how the result leaves (in column slices from a smaller shared-memory buffer).
+
+
+@triton.jit
+def fused_gate_up_geglu_tma_epi_kernel(
+    x_ptr,  # [M, K], rows 16-byte aligned
+    w_ptr,  # [N_PACKED, K] gate and up, packed
+    out_ptr,  # [M, HIDDEN]
+    M,
+    K,
+    HIDDEN,
+    N_PACKED,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    ALONG_N: tl.constexpr,  # groups of GROUP_M column blocks instead of row blocks
+    EPI_SPLIT: tl.constexpr,  # 1 or 2 stores per tile, HALF // EPI_SPLIT columns each
+    FAST_TANH: tl.constexpr,  # tanh.approx.f32 in the epilogue (geglu_hardware_tanh)
+):
+    HALF: tl.constexpr = BLOCK_N // 2
+    SLICE: tl.constexpr = HALF // EPI_SPLIT
+    x_desc = tl.make_tensor_descriptor(x_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
+    w_desc = tl.make_tensor_descriptor(w_ptr, [N_PACKED, K], [K, 1], [BLOCK_N, BLOCK_K])
+    # The store stages through shared memory one box at a time: a box of SLICE columns needs
+    # 1 / EPI_SPLIT of the buffer, which is what can make room for one more K stage.
+    out_desc = tl.make_tensor_descriptor(out_ptr, [M, HIDDEN], [HIDDEN, 1], [BLOCK_M, SLICE])
+
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(HIDDEN, HALF)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tile_id_c = tl.program_id(0) - tl.num_programs(0)
+    for tile_id in tl.range(
+        tl.program_id(0),
+        num_tiles,
+        tl.num_programs(0),
+        flatten=FLATTEN,
+        warp_specialize=WARP_SPECIALIZE,
+    ):
+        pid_m, pid_n = tile_coordinates_along(tile_id, num_pid_m, num_pid_n, GROUP_M, ALONG_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            a = x_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+            b = w_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
+            if UPCAST_FOR_INTERPRETER:
+                a, b = a.to(tl.float32), b.to(tl.float32)
+            acc = tl.dot(a, b.T, acc)
+
+        tile_id_c += tl.num_programs(0)
+        pid_m, pid_n = tile_coordinates_along(tile_id_c, num_pid_m, num_pid_n, GROUP_M, ALONG_N)
+        if FAST_TANH:
+            m = geglu_hardware_tanh(acc, HALF).to(out_ptr.dtype.element_ty)
+        else:
+            m = geglu(acc, HALF).to(out_ptr.dtype.element_ty)
+        if EPI_SPLIT == 2:
+            left, right = gate_up_halves(m, SLICE)
+            out_desc.store([pid_m * BLOCK_M, pid_n * HALF], left)
+            out_desc.store([pid_m * BLOCK_M, pid_n * HALF + SLICE], right)
+        else:
+            out_desc.store([pid_m * BLOCK_M, pid_n * HALF], m)
+
+
 # --- Configurations and the launch -----------------------------------------------------------
 
 
@@ -203,7 +313,7 @@ def fused_gate_up_geglu_tma_kernel(
 class Config:
     """One kernel configuration. block_n counts packed rows: block_n // 2 gate, block_n // 2 up."""
 
-    path: str  # "plain" or "hopper"
+    path: str  # "plain", "hopper" or "hopper-epi" (HOPPER_PATHS)
     block_m: int
     block_n: int
     block_k: int
@@ -213,20 +323,33 @@ class Config:
     persistent: bool = True  # hopper: one program per SM, else one per tile
     flatten: bool = True  # hopper: one flat loop over (tile, k): next loads overlap the epilogue
     warp_specialize: bool = False  # hopper: separate warps load, others multiply (Triton's own)
+    per_sm: int = 1  # hopper, persistent: programs per SM (2: one's epilogue beside the other's
+    # main loop, where both fit in shared memory and registers)
+    along_n: bool = False  # hopper-epi: groups of group_m column blocks (QuACK's raster)
+    epi_split: int = 1  # hopper-epi: stores per tile (2: half the epilogue's shared memory)
+    fast_tanh: bool = False  # hopper-epi: tanh.approx.f32 in the GeGLU (QuACK's tanh)
 
     def describe(self) -> str:
         tile = f"{self.block_m}x{self.block_n}x{self.block_k}"
         text = f"{self.path} {tile} s{self.stages} w{self.warps} g{self.group_m}"
-        if self.path == "hopper":
+        if self.path in HOPPER_PATHS:
             text += "".join(
                 f" {name}" if on else ""
                 for name, on in (
                     ("persistent", self.persistent),
                     ("flatten", self.flatten),
                     ("ws", self.warp_specialize),
+                    (f"{self.per_sm}/SM", self.per_sm != 1),
+                    ("along-n", self.along_n),
+                    (f"split{self.epi_split}", self.epi_split != 1),
+                    ("tanh.approx", self.fast_tanh),
                 )
             )
         return text
+
+
+HOPPER_PATHS = ("hopper", "hopper-epi")  # TMA descriptors and a persistent grid: SM90
+PATHS = (*HOPPER_PATHS, "plain")
 
 
 # One fixed configuration per path, no autotuning: the kernel compiles once per dtype (about a
@@ -243,6 +366,12 @@ CONFIGS = {
     # 152-156 us on the H100 (no TMA, no persistent grid): Triton's tutorial 03's first CUDA
     # configuration, which fits the A100's shared memory (3 x 48 KB); not measured on an A100.
     "plain": Config("plain", 128, 256, 64, stages=3, warps=8),
+    # Not yet measured (opt-in, SM90 only, never chosen by "auto"): the Hopper tile above with
+    # QuACK's tanh and a split epilogue store, whose smaller buffer lets a 4th K stage fit
+    # (4 x 48 KB + 16 KB). tools/tune_fused_mlp.py --paths hopper,hopper-epi times it.
+    "hopper-epi": Config(
+        "hopper-epi", 128, 256, 64, stages=4, warps=8, epi_split=2, fast_tanh=True
+    ),
     # float32: the dot runs in IEEE float32 on the CUDA cores, not as tf32 on the tensor cores.
     # tf32 keeps 10 mantissa bits and lands near 3e-4, over common/check.py's 1e-4 for float32.
     "plain-fp32": Config("plain", 64, 64, 32, stages=3, warps=4),
@@ -255,6 +384,17 @@ def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 3
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@cache
+def refuse_off_sm90(device: torch.device, path: str) -> None:
+    """hopper-epi was written and checked for SM90 only (its configurations fill Hopper's
+    shared memory); elsewhere it fails by name before any launch. Cached: once per device."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] != 9:
+        major, minor = torch.cuda.get_device_capability(device)
+        raise RuntimeError(
+            f"the {path} path runs on SM90 (Hopper) only; this GPU is {major}.{minor}"
+        )
 
 
 def _descriptor_scratch(size: int, alignment: int, stream):
@@ -292,14 +432,23 @@ def launch(
         num_stages=config.stages,
         num_warps=config.warps,
     )
-    if config.path == "hopper":
+    if config.path in HOPPER_PATHS:
         if not INTERPRETING:
             triton.set_allocator(_descriptor_scratch)
-        programs = min(tiles, sm_count(x.device)) if config.persistent else tiles
-        wrap(fused_gate_up_geglu_tma_kernel)[(programs,)](
-            x, gate_up, out, M, K, hidden, gate_up.shape[0],
-            FLATTEN=config.flatten, WARP_SPECIALIZE=config.warp_specialize, **meta,
-        )  # fmt: skip
+        slots = config.per_sm * sm_count(x.device)
+        programs = min(tiles, slots) if config.persistent else tiles
+        meta.update(FLATTEN=config.flatten, WARP_SPECIALIZE=config.warp_specialize)
+        if config.path == "hopper":
+            wrap(fused_gate_up_geglu_tma_kernel)[(programs,)](
+                x, gate_up, out, M, K, hidden, gate_up.shape[0], **meta
+            )  # fmt: skip
+        else:
+            refuse_off_sm90(x.device, config.path)
+            wrap(fused_gate_up_geglu_tma_epi_kernel)[(programs,)](
+                x, gate_up, out, M, K, hidden, gate_up.shape[0],
+                ALONG_N=config.along_n, EPI_SPLIT=config.epi_split, FAST_TANH=config.fast_tanh,
+                **meta,
+            )  # fmt: skip
     else:
         wrap(fused_gate_up_geglu_kernel)[(tiles,)](
             x, gate_up, out, M, K, hidden,

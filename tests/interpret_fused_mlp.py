@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -76,6 +77,22 @@ def kernel_cases() -> list[dict]:
     return results
 
 
+def hopper_epi_cases() -> list[dict]:
+    """The opt-in hopper-epi path: its committed configuration, and small tiles with every
+    option on (two stores per tile, tiles grouped along N, two programs per "SM"), in both
+    tensor-core dtypes, M = 37 and M = 1; hidden 80 ends in half a tile and half a store."""
+    small = Config(
+        "hopper-epi", 16, 64, 16, stages=2, warps=4, along_n=True, epi_split=2, fast_tanh=True
+    )
+    configs = [fused_geglu.CONFIGS["hopper-epi"], small, replace(small, per_sm=2, group_m=2)]
+    return [
+        kernel_case("hopper-epi", dtype, config, m, 48, 80)
+        for dtype in ("bf16", "fp16")
+        for config in configs
+        for m in (37, 1)
+    ]
+
+
 def module_cases() -> list[dict]:
     """The whole forward, eager (the direct launch) and under torch.compile (the custom op),
     against the float32 reference; and a forward that autograd records, whose
@@ -133,7 +150,11 @@ def main() -> int:
     if not fused_geglu.INTERPRETING and not torch.cuda.is_available():
         print("error: run with TRITON_INTERPRET=1, or on a CUDA GPU", file=sys.stderr)
         return 2
-    report = {"kernels": kernel_cases(), "modules": module_cases()}
+    report = {
+        "kernels": kernel_cases(),
+        "hopper_epi": hopper_epi_cases(),
+        "modules": module_cases(),
+    }
     if fused_geglu.INTERPRETING:
         report["lesson_runs"] = lesson_runs(sys.argv[1])
     print("JSON " + json.dumps(report))

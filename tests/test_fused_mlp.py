@@ -64,6 +64,19 @@ def test_kernels_match_the_float32_reference_on_odd_shapes_in_every_dtype(interp
 
 
 @pytest.mark.slow
+def test_opt_in_hopper_epi_path_matches_the_float32_reference(interpreted):
+    """Its split store, tiles grouped along N and two programs per SM, through the interpreter
+    (there tanh comes from exp2: tanh.approx is inline assembly, which only a GPU runs)."""
+    report, _, _ = interpreted
+    cases = report["hopper_epi"]
+    assert len(cases) == 12
+    for case in cases:
+        assert case["shape_ok"], case
+        assert case["error"] <= case["tolerance"], case
+    assert any("along-n split2 tanh.approx" in c["case"] and "2/SM" in c["case"] for c in cases)
+
+
+@pytest.mark.slow
 def test_module_under_torch_compile_has_no_graph_break(interpreted):
     report, _, _ = interpreted
     for case in report["modules"]:
@@ -119,6 +132,11 @@ def test_kernel_names_are_classed_as_hand_written_triton():
         name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         assert classify(name).cls == "triton"
         assert classify(f"{name}_0").cls == "triton"  # as Inductor's wrapper names its call
+
+
+def test_the_opt_in_kernel_name_is_classed_as_hand_written_triton():
+    name = fused_geglu.fused_gate_up_geglu_tma_epi_kernel.fn.__name__
+    assert classify(name).cls == "triton" and classify(f"{name}_0").cls == "triton"
 
 
 # --- real H100 traces (tests/fixtures/h100/03_fused_mlp) -------------------------------------
@@ -267,6 +285,78 @@ def test_tuner_candidates_are_distinct_and_print_as_pasteable_code():
             assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
     for shipped in fused_geglu.CONFIGS.values():  # what the tuner prints pastes back as is
         assert eval(tuner.as_code(shipped), {"Config": tuner.Config}) == shipped
+
+
+def test_tuner_lists_the_opt_in_path_with_distinct_pasteable_candidates():
+    tuner = load_tuner()
+    assert "hopper-epi" in tuner.PATHS
+    for quick in (False, True):
+        candidates = tuner.hopper_epi_candidates(quick)
+        assert len(set(candidates)) == len(candidates)
+        assert fused_geglu.CONFIGS["hopper-epi"] in candidates  # the committed one is timed
+        for cfg in candidates:
+            assert cfg.path == "hopper-epi" and cfg.block_n % 32 == 0
+            assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+
+
+@pytest.mark.slow
+def test_tuner_refuses_an_unknown_path_in_one_line():
+    proc = subprocess.run(
+        [sys.executable, "tools/tune_fused_mlp.py", "--paths", "hopper,hoper"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: --paths takes hopper, hopper-epi, plain; got")
+    assert proc.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memory():
+    """tools/fused_geglu_sass.py compiles both committed Hopper configurations for sm_90 with
+    Triton's own ptxas (no GPU): hopper-epi's GeGLU is one MUFU.TANH per element where the
+    hopper path spends an exp2 and a reciprocal, its two stores per tile are two TMA stores,
+    and its 4 stages fit in Hopper's 227 KB."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "tools/fused_geglu_sass.py"],
+        cwd=ROOT,
+        env={**env, "TRITON_DEFAULT_FP_FUSION": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("configuration"))
+    columns = header.split()[3:]
+    rows = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("hopper"):
+            fields = line.split()
+            kb = next(f for f in fields if f.endswith("KB"))
+            counts = fields[fields.index(kb) + 2 :]
+            rows[fields[0]] = (float(kb[:-2]), dict(zip(columns, map(int, counts), strict=True)))
+    shared, epi = rows["hopper-epi"]
+    _, hopper = rows["hopper"]
+    assert epi["MUFU.TANH"] >= 64 and epi["MUFU.EX2"] == 0
+    assert hopper["MUFU.TANH"] == 0 and hopper["MUFU.EX2"] >= 64 and hopper["MUFU.RCP"] >= 64
+    assert epi["UTMASTG"] == 2 * hopper["UTMASTG"]
+    assert shared <= 227
+
+
+@pytest.mark.slow
+def test_ncu_driver_refuses_an_unknown_config_before_looking_for_a_gpu():
+    proc = subprocess.run(
+        [sys.executable, "tools/ncu_fused_mlp.py", "--configs", "hopper,hoper"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert (
+        proc.stderr.startswith("error: --configs takes hopper,") and "'hopper,hoper'" in proc.stderr
+    )
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ hidden 3072, bf16), in this order:
      cuBLAS down, and a 8192^3 matmul in the run's dtype;
   2. the fused gate/up + GeGLU kernel under each candidate configuration of both paths (tile,
      stages, warps; on the Hopper path also persistent or not, loop flattening, warp
-     specialization): checked against a float32 reference, then timed. A configuration that
+     specialization; on the opt-in hopper-epi path, `--paths hopper,hopper-epi`, what fits
+     from QuACK's gated GEMM, one change at a time): checked against a float32 reference,
+     then timed. A configuration that
      fails to compile, runs out of shared memory or computes the wrong thing costs one line;
   3. the whole forward: the lesson's module with the best configuration of each path, eager,
      captured in a CUDA graph (no launch gaps: what the kernels alone take, cold L2 included)
@@ -86,6 +88,32 @@ def hopper_candidates(quick: bool) -> list[Config]:
     ]
 
 
+def hopper_epi_candidates(quick: bool) -> list[Config]:
+    """The opt-in path with what fits from QuACK's gated GEMM, and the same minus one change
+    at a time, so that differences of medians say what each change is worth."""
+    base = fused_geglu.CONFIGS["hopper-epi"]
+    pair = Config("hopper-epi", 128, 128, 64, stages=3, warps=4, per_sm=2, fast_tanh=True)
+    one_store = replace(base, stages=3, epi_split=1)  # = the hopper path + QuACK's tanh
+    if quick:
+        return [base, one_store, replace(base, fast_tanh=False), replace(pair, epi_split=2)]
+    return [
+        base,
+        one_store,
+        replace(base, fast_tanh=False),  # the 4th stage alone
+        replace(base, stages=3),  # the split store alone, beside one_store
+        replace(base, along_n=True),
+        replace(base, along_n=True, group_m=16),
+        replace(base, warp_specialize=True),
+        # 64 gate + 64 up columns, two programs per SM (3 x 32 KB + 8-16 KB each): while one
+        # runs its epilogue the other's tensor-core work goes on, as QuACK's two consumer
+        # warpgroups alternate tiles ("pingpong")
+        pair,
+        replace(pair, epi_split=2),
+        replace(pair, epi_split=2, along_n=True),
+        replace(pair, per_sm=1, stages=4),
+    ]
+
+
 def plain_candidates(quick: bool) -> list[Config]:
     base = Config("plain", 128, 128, 64, stages=4, warps=4)
     if quick:
@@ -146,6 +174,7 @@ def host_us(fn) -> float:
     return timing.time_host(fn).median_s * 1e6
 
 
+PATHS = fused_geglu.PATHS  # each with its candidates below
 ROUNDS = 5  # round-robin passes over the whole forwards
 TWO = "cuBLAS gate + up (two F.linear)"
 DOWN = "cuBLAS down (F.linear)"
@@ -234,8 +263,17 @@ def main() -> int:
     parser.add_argument(
         "--budget-s", type=float, default=240.0, help="stop trying candidates after this (240)"
     )
-    parser.add_argument("--paths", default="hopper,plain", help="which paths' candidates to try")
+    parser.add_argument(
+        "--paths",
+        default="hopper,plain",
+        help=f"which paths' candidates to try, of {','.join(PATHS)} (default: hopper,plain)",
+    )
     args = parser.parse_args()
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown or not paths:
+        print(f"error: --paths takes {', '.join(PATHS)}; got {args.paths!r}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -288,13 +326,17 @@ def main() -> int:
     one_us = rows[1].us  # the candidates' yardstick
 
     # 2. Candidates ------------------------------------------------------------------------
-    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     candidates = []
     if "hopper" in paths:
         if major >= 9:
             candidates += hopper_candidates(args.quick)
         else:
             print(f"\n(hopper candidates skipped: compute capability {major}.{minor} < 9.0)")
+    if "hopper-epi" in paths:
+        if major == 9:
+            candidates += hopper_epi_candidates(args.quick)
+        else:
+            print(f"\n(hopper-epi candidates skipped: SM90 only, this GPU is {major}.{minor})")
     if "plain" in paths:
         candidates += plain_candidates(args.quick)
     print(
