@@ -184,6 +184,29 @@ def fused_gate_up_geglu_kernel(
 
 
 @triton.jit
+def gate_up_tile(
+    x_desc,
+    w_desc,
+    pid_m,
+    pid_n,
+    k_tiles,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """One output tile's main loop through TMA: x's rows against the packed gate/up rows,
+    accumulated in fp32 (both Hopper kernels; inlined into each)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_tiles):
+        a = x_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        b = w_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
+        if UPCAST_FOR_INTERPRETER:
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        acc = tl.dot(a, b.T, acc)
+    return acc
+
+
+@triton.jit
 def fused_gate_up_geglu_tma_kernel(
     x_ptr,  # [M, K], rows 16-byte aligned
     w_ptr,  # [N_PACKED, K] gate and up, packed
@@ -224,13 +247,7 @@ def fused_gate_up_geglu_tma_kernel(
         warp_specialize=WARP_SPECIALIZE,
     ):
         pid_m, pid_n = tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(k_tiles):
-            a = x_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-            b = w_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
-            if UPCAST_FOR_INTERPRETER:
-                a, b = a.to(tl.float32), b.to(tl.float32)
-            acc = tl.dot(a, b.T, acc)
+        acc = gate_up_tile(x_desc, w_desc, pid_m, pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K)
 
         tile_id_c += tl.num_programs(0)
         pid_m, pid_n = tile_coordinates(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
@@ -284,13 +301,7 @@ def fused_gate_up_geglu_tma_epi_kernel(
         warp_specialize=WARP_SPECIALIZE,
     ):
         pid_m, pid_n = tile_coordinates_along(tile_id, num_pid_m, num_pid_n, GROUP_M, ALONG_N)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(k_tiles):
-            a = x_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-            b = w_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
-            if UPCAST_FOR_INTERPRETER:
-                a, b = a.to(tl.float32), b.to(tl.float32)
-            acc = tl.dot(a, b.T, acc)
+        acc = gate_up_tile(x_desc, w_desc, pid_m, pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K)
 
         tile_id_c += tl.num_programs(0)
         pid_m, pid_n = tile_coordinates_along(tile_id_c, num_pid_m, num_pid_n, GROUP_M, ALONG_N)

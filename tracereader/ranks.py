@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracereader import caches as jsoncache
+from tracereader import intervals
 from tracereader.analyses import collectives as coll
 from tracereader.load import CpuOp, GpuItem, Step, Trace, TraceError, load
 from tracereader.render import cell
@@ -159,37 +160,6 @@ class RankReading:
     notes: list[str] = field(default_factory=list)
 
 
-def _measure(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The union of [start, end) intervals, as sorted disjoint intervals."""
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _length(union: list[tuple[float, float]]) -> float:
-    return sum(end - start for start, end in union)
-
-
-def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Total length where two unions (sorted, disjoint) overlap."""
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if end > start:
-            total += end - start
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def is_collective_kernel(item: GpuItem) -> bool:
     return item.klass.cls == "collective"  # kernel_names.COLLECTIVE: one pattern for the reader
 
@@ -204,8 +174,8 @@ def collective_bytes(item: GpuItem) -> tuple[int, str] | None:
 def _gpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     comm = [i for i in step.gpu if is_collective_kernel(i)]
     rest = [i for i in step.gpu if not is_collective_kernel(i)]
-    comm_union = _measure([(i.ts, i.ts + i.dur) for i in comm])
-    rest_union = _measure([(i.ts, i.ts + i.dur) for i in rest])
+    comm_union = intervals.of(comm)
+    rest_union = intervals.of(rest)
     collectives = []
     for item in comm:
         found = _collective(item.name, base + item.ts, item.dur, collective_bytes(item))
@@ -219,7 +189,7 @@ def _gpu_step(step: Step, base: float, trace: Trace) -> RankStep:
         dur=step.dur,
         compute_us=sum(i.dur for i in rest),
         comm_us=sum(i.dur for i in comm),
-        exposed_us=_length(comm_union) - _overlap(comm_union, rest_union),
+        exposed_us=intervals.length(comm_union) - intervals.overlap(comm_union, rest_union),
         collectives=collectives,
     )
 
@@ -244,7 +214,7 @@ def issued_collectives(ops) -> list[tuple[CpuOp, str]]:
 
 def _cpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     ops = [op for op in step.cpu_ops if COLLECTIVE_OP.match(op.name)]
-    comm = _length(_measure([(op.ts, op.end) for op in ops]))
+    comm = intervals.length(intervals.union((op.ts, op.end) for op in ops))
     collectives = []
     for op, kind in issued_collectives(step.cpu_ops):
         found = _collective(op.name, base + op.ts, op.dur, coll.largest_input(op))

@@ -41,17 +41,16 @@ def busy(items) -> float:
     return intervals.length(intervals.of(items))
 
 
-@per_step
-def step(s: Step) -> dict:
-    """One step's wall time, GPU busy time, time by class group and the compute kernels' time
-    (microseconds): one pass over the step's work in start order, each union kept as a running
-    interval and its length, no list of intervals."""
+def _sweep(order) -> dict:
+    """One pass over GPU work in start order, each union kept as a running interval and its
+    length (no list of intervals): busy time, the compute kernels' time, the summed time,
+    the last end, the kernels, time by class group, and the collectives set aside."""
     groups: dict[str, list[float]] = {}  # group -> [current start, current end, closed length]
     group_of = kernel_names.GROUP_OF
-    busy_us = compute_us = summed = 0.0  # the two step-wide unions' closed parts; the sum
+    busy_us = compute_us = summed = 0.0  # the two unions' closed parts; the sum
     b_start = b_end = c_start = c_end = -math.inf  # their current (open) intervals
     kernels = 0
-    order = in_start_order(s)
+    comm = []
     for item in order:
         start = item.ts
         end = start + item.dur
@@ -64,16 +63,18 @@ def step(s: Step) -> dict:
                 busy_us += b_end - b_start
             b_start, b_end = start, end
         cls = item.klass.cls
+        if cls == "collective":
+            comm.append(item)
+        elif item.kind == "kernel":
+            if start <= c_end:
+                if end > c_end:
+                    c_end = end
+            else:
+                if c_end > -math.inf:
+                    compute_us += c_end - c_start
+                c_start, c_end = start, end
         if item.kind == "kernel":
             kernels += 1
-            if cls != "collective":
-                if start <= c_end:
-                    if end > c_end:
-                        c_end = end
-                else:
-                    if c_end > -math.inf:
-                        compute_us += c_end - c_start
-                    c_start, c_end = start, end
         run = groups.get(group_of[cls])
         if run is None:
             groups[group_of[cls]] = [start, end, 0.0]
@@ -88,15 +89,32 @@ def step(s: Step) -> dict:
     if c_end > -math.inf:
         compute_us += c_end - c_start
     return {
+        "busy_us": busy_us,
+        "compute_us": compute_us,
+        "summed": summed,
+        "end": b_end,  # the running union's end: the last end
+        "kernels": kernels,
+        "by_class_us": {g: run[2] + run[1] - run[0] for g, run in groups.items()},
+        "comm": comm,
+    }
+
+
+@per_step
+def step(s: Step) -> dict:
+    """One step's wall time, GPU busy time, time by class group and the compute kernels' time
+    (microseconds), from one pass over the step's work in start order."""
+    order = in_start_order(s)
+    swept = _sweep(order)
+    return {
         "name": s.name,
         "wall_us": s.dur,
-        "gpu_busy_us": busy_us,
-        "gpu_sum_us": summed,
+        "gpu_busy_us": swept["busy_us"],
+        "gpu_sum_us": swept["summed"],
         "gpu_start": order[0].ts if order else None,
-        "gpu_end": b_end if order else None,  # the running union's end: the last end
-        "compute_us": compute_us,
-        "by_class_us": {g: run[2] + run[1] - run[0] for g, run in groups.items()},
-        "kernels": kernels,
+        "gpu_end": swept["end"] if order else None,
+        "compute_us": swept["compute_us"],
+        "by_class_us": swept["by_class_us"],
+        "kernels": swept["kernels"],
     }
 
 
@@ -132,34 +150,9 @@ def temporal(items: list[GpuItem]) -> dict:
             "comm_us": 0.0,
             "comm_overlap_pct": None,
         }
-    # one pass: the busy and compute unions as running intervals; communication kept aside
-    busy_us = compute_us = 0.0
-    b_start = b_end = c_start = c_end = -math.inf
-    comm_items = []
-    for item in items:
-        start = item.ts
-        end = start + item.dur
-        if start <= b_end:
-            if end > b_end:
-                b_end = end
-        else:
-            if b_end > -math.inf:
-                busy_us += b_end - b_start
-            b_start, b_end = start, end
-        if item.klass.cls == "collective":
-            comm_items.append(item)
-        elif item.kind == "kernel":
-            if start <= c_end:
-                if end > c_end:
-                    c_end = end
-            else:
-                if c_end > -math.inf:
-                    compute_us += c_end - c_start
-                c_start, c_end = start, end
-    busy_us += b_end - b_start
-    if c_end > -math.inf:
-        compute_us += c_end - c_start
-    span = b_end - items[0].ts  # the running union's end is the last end
+    swept = _sweep(items)  # one pass; the collectives kept aside for the overlap
+    busy_us, compute_us, comm_items = swept["busy_us"], swept["compute_us"], swept["comm"]
+    span = swept["end"] - items[0].ts
     non_compute = busy_us - compute_us
     comm_us = intervals.length_in_order(comm_items)
     if comm_us:
