@@ -114,3 +114,32 @@ def run_kernel_loader(module: str, *args: str, env_extra: dict, tmp_path: Path) 
     )
     assert proc.returncode == 0, proc.stderr
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+
+
+def torchrun_in_process(monkeypatch, main, *argv: str, rank: int | None, world: int = 2):
+    """torchrun.run_main(main) in this process as rank `rank` would run it (None: no
+    torchrun): (exit code, what a quiet rank printed, captured instead of sent to /dev/null).
+    The signal handlers it installs are put back."""
+    import io
+    import signal
+
+    from common import torchrun
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    if rank is not None:
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+    hidden, streams = io.StringIO(), (sys.stdout, sys.stderr)
+
+    def quiet():
+        sys.stdout = sys.stderr = hidden
+
+    monkeypatch.setattr(torchrun, "_quiet", quiet)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return torchrun.run_main(main, list(argv)), hidden.getvalue()
+    finally:
+        sys.stdout, sys.stderr = streams
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

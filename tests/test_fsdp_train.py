@@ -12,12 +12,9 @@ rank FSDP2 issues no collective at all, so a 1-rank gloo group cannot show it.
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +32,7 @@ from tests.helpers import (
     load_script,
     read_trace,
     steps,
+    torchrun_in_process,
 )
 from tests.test_tp_mlp import check
 from tracereader import load as trace_reader
@@ -197,25 +195,7 @@ def test_a_failing_rank_stops_every_rank_and_leaves_nothing(tmp_path):
 
 
 def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
-    """torchrun.run_main in this process as rank `rank` would run it (None: no torchrun)."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    if rank is not None:
-        monkeypatch.setenv("RANK", str(rank))
-        monkeypatch.setenv("WORLD_SIZE", str(world))
-    hidden, streams = io.StringIO(), (sys.stdout, sys.stderr)
-
-    def quiet():
-        sys.stdout = sys.stderr = hidden
-
-    monkeypatch.setattr(torchrun, "_quiet", quiet)
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return torchrun.run_main(lesson.main, list(argv)), hidden.getvalue()
-    finally:
-        sys.stdout, sys.stderr = streams
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+    return torchrun_in_process(monkeypatch, lesson.main, *argv, rank=rank, world=world)
 
 
 @pytest.mark.parametrize(

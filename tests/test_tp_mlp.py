@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import gzip
 import importlib
-import io
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +24,15 @@ import pytest
 import torch
 
 from common import outputs, torchrun
-from tests.helpers import PROFILER_CALLS, ROOT, inside, load_script, read_trace, steps
+from tests.helpers import (
+    PROFILER_CALLS,
+    ROOT,
+    inside,
+    load_script,
+    read_trace,
+    steps,
+    torchrun_in_process,
+)
 from tracereader import compare, expectations, explain, ranks
 from tracereader import load as trace_reader
 
@@ -282,27 +288,9 @@ def test_ctrl_c_stops_every_rank_with_one_line_and_leaves_nothing(tmp_path):
 
 
 def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
-    """torchrun.run_main in this process as rank `rank` would run it (None: no torchrun);
-    a quiet rank's output is captured instead of sent to /dev/null."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    if rank is not None:
-        monkeypatch.setenv("RANK", str(rank))
-        monkeypatch.setenv("WORLD_SIZE", str(world))
-    hidden, streams = io.StringIO(), (sys.stdout, sys.stderr)
-
-    def quiet():
-        sys.stdout = sys.stderr = hidden
-
-    monkeypatch.setattr(torchrun, "_quiet", quiet)
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        code = torchrun.run_main(load_script("05_tp_mlp").main, list(argv))
-        return code, hidden.getvalue()
-    finally:
-        sys.stdout, sys.stderr = streams
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+    return torchrun_in_process(
+        monkeypatch, load_script("05_tp_mlp").main, *argv, rank=rank, world=world
+    )
 
 
 def test_without_torchrun_it_says_how_to_launch(monkeypatch, tmp_path, capsys):
