@@ -425,6 +425,24 @@ def as_is(kernel):
     return kernel
 
 
+def constexprs(config: Config) -> dict:
+    """The kernel's compile-time arguments for a configuration (launch() and
+    tools/fused_geglu_sass.py pass the same)."""
+    values = dict(
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        GROUP_M=config.group_m,
+    )
+    if config.path in HOPPER_PATHS:
+        values.update(FLATTEN=config.flatten, WARP_SPECIALIZE=config.warp_specialize)
+    if config.path == "hopper-epi":
+        values.update(
+            ALONG_N=config.along_n, EPI_SPLIT=config.epi_split, FAST_TANH=config.fast_tanh
+        )
+    return values
+
+
 def launch(
     x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config, wrap=as_is
 ) -> torch.Tensor:
@@ -435,20 +453,12 @@ def launch(
     if M == 0:
         return out
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
-    meta = dict(
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
-        GROUP_M=config.group_m,
-        num_stages=config.stages,
-        num_warps=config.warps,
-    )
+    meta = dict(constexprs(config), num_stages=config.stages, num_warps=config.warps)
     if config.path in HOPPER_PATHS:
         if not INTERPRETING:
             triton.set_allocator(_descriptor_scratch)
         slots = config.per_sm * sm_count(x.device)
         programs = min(tiles, slots) if config.persistent else tiles
-        meta.update(FLATTEN=config.flatten, WARP_SPECIALIZE=config.warp_specialize)
         if config.path == "hopper":
             wrap(fused_gate_up_geglu_tma_kernel)[(programs,)](
                 x, gate_up, out, M, K, hidden, gate_up.shape[0], **meta
@@ -456,9 +466,7 @@ def launch(
         else:
             refuse_off_sm90(x.device, config.path)
             wrap(fused_gate_up_geglu_tma_epi_kernel)[(programs,)](
-                x, gate_up, out, M, K, hidden, gate_up.shape[0],
-                ALONG_N=config.along_n, EPI_SPLIT=config.epi_split, FAST_TANH=config.fast_tanh,
-                **meta,
+                x, gate_up, out, M, K, hidden, gate_up.shape[0], **meta
             )  # fmt: skip
     else:
         wrap(fused_gate_up_geglu_kernel)[(tiles,)](

@@ -35,28 +35,13 @@ KERNELS = {
 }
 
 
-def constexprs(cfg: fused_geglu.Config) -> dict:
-    """The kernel's compile-time arguments, as launch() passes them."""
-    values = dict(
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        FLATTEN=cfg.flatten,
-        WARP_SPECIALIZE=cfg.warp_specialize,
-    )
-    if cfg.path == "hopper-epi":
-        values.update(ALONG_N=cfg.along_n, EPI_SPLIT=cfg.epi_split, FAST_TANH=cfg.fast_tanh)
-    return values
-
-
 def compile_sm90(cfg: fused_geglu.Config, dtype: str):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     kernel = KERNELS[cfg.path]
-    fixed = constexprs(cfg)
+    fixed = fused_geglu.constexprs(cfg)
     signature = {
         name: "constexpr" if name in fixed else (f"*{dtype}" if name.endswith("_ptr") else "i32")
         for name in kernel.arg_names
