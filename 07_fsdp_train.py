@@ -58,7 +58,6 @@ from common.measuring import timing
 from common.training import reference_step as reference
 from models import TinyLM
 from tracereader import expectations, ranks
-from tracereader import load as trace_reader
 from tracereader.expectations import Expect
 
 SCRIPT = "07_fsdp_train"
@@ -132,10 +131,9 @@ def expectation(layers: int, *, reshard: bool, world: int) -> tuple[Expect, dict
 EXPECT = expectation  # (what every step holds, the collectives per phase), for a run's shape
 
 
-def check_rank(path, expect: Expect, want: dict[str, Counter]) -> tuple[bool, str]:
+def check_rank(trace, expect: Expect, want: dict[str, Counter]) -> tuple[bool, str]:
     """One rank's trace against the guess: the expectation, the collectives per phase, and on
     a GPU the collectives' streams apart from the compute's."""
-    trace = trace_reader.load(path)
     verdict = expectations.check(trace, expect)
     ok = verdict.ok
     lines = [f"  {'ok' if ok else 'MISMATCH':9} {expect.why}"] + [
@@ -291,11 +289,14 @@ def main(argv=None) -> int:
     mine = f"_rank{launch.rank}"  # this run's own files: not an older run's of another format
     files = {r: out.trace.with_name(out.trace.name.replace(mine, f"_rank{r}"))
              for r in range(launch.world)}  # fmt: skip
-    for rank, path in sorted(files.items()):
-        ok, text = check_rank(path, expect, want)
+    checked = []  # each rank's trace checked as the reading loads it: read once
+    reading = ranks.read_run(
+        stem, files, each=lambda trace: checked.append(check_rank(trace, expect, want))
+    )
+    for rank, (ok, text) in enumerate(checked):  # read_run goes through the ranks in order
         print(f"rank {rank}: collectives per step, expected vs seen\n{text}")
         as_expected &= ok
-    print(ranks.text(ranks.read_run(stem, files)))
+    print(ranks.text(reading))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         print(f"bench (profiler detached, rank 0): one step {measured.us()}")
