@@ -170,8 +170,8 @@ def main(argv=None) -> int:
 
 def against_quack(forward, mlp, x, run) -> None:
     """The same fusion by QuACK (gemm_gated, cuBLAS down), timed as ours (do_bench medians,
-    ours again before each of its variants); its first call, a JIT compile (with tuned=True
-    also its autotuning), timed apart."""
+    ours and each of its variants in turn, in the same power state); its first call, a JIT
+    compile (with tuned=True also its autotuning), timed apart."""
     major = torch.cuda.get_device_capability(run.device)[0]
     variants = quack_gemm.variants(major, run.dtype_name)
     if not variants:
@@ -192,11 +192,12 @@ def against_quack(forward, mlp, x, run) -> None:
         if err > check.TOLERANCE[run.dtype]:
             print(f"  {what}: WRONG OUTPUT, relative error {err:.2e}; not timed")
             continue
-        ours = timing.time_gpu(forward).median_s
-        theirs = timing.time_gpu(lambda quack=quack: quack(x)).median_s
+        pair = timing.time_gpu_interleaved({"ours": forward, "theirs": lambda q=quack: q(x)})
+        ours, theirs = pair["ours"].median_s, pair["theirs"].median_s
         print(
             f"  {what} + cuBLAS down: {theirs * 1e6:.1f} us against this forward's "
-            f"{ours * 1e6:.1f} us (x{ours / theirs:.2f}; first call {first_s:.1f} s, apart)"
+            f"{ours * 1e6:.1f} us (x{ours / theirs:.2f}, {pair['ours'].how}; "
+            f"first call {first_s:.1f} s, apart)"
         )
 
 

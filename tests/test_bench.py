@@ -86,6 +86,27 @@ def test_timing_harness_median_and_percentiles_on_a_controlled_clock():
     assert result.p80_s == pytest.approx(8.2)
 
 
+def test_interleaved_timing_alternates_and_takes_each_ones_median():
+    """Two forwards compared in turn, round after round, so a clock that drifts (a GPU nearing
+    its power limit) slows both alike; each gets the median of its own rounds."""
+    order, drift = [], [0.0]
+
+    def timer(fn):
+        order.append(fn())
+        drift[0] += 1.0  # every timing slower than the one before
+        seconds = {"ours": 10.0, "theirs": 20.0}[order[-1]] + drift[0]
+        return timing.summarize([seconds], "fake")
+
+    pair = timing.time_gpu_interleaved(
+        {"ours": lambda: "ours", "theirs": lambda: "theirs"}, rounds=3, timer=timer
+    )
+    assert order == ["ours", "theirs"] * 3
+    assert pair["ours"].median_s == 13.0 and pair["theirs"].median_s == 24.0
+    assert pair["ours"].runs == 3 and "interleaved" in pair["ours"].how
+    with pytest.raises(ValueError):
+        timing.time_gpu_interleaved({}, timer=timer)
+
+
 def test_timing_harness_keeps_going_until_the_budget():
     now = [0.0]
 

@@ -317,3 +317,25 @@ def test_collective_kinds_come_from_the_issuing_op_not_the_kernel_name():
     result = ranks.read_run(NEGATIVE_QUEUE, {0: NEGATIVE_QUEUE})
     counts = {k["kind"]: k["count"] for k in result["by_kind"]}
     assert counts == {"all-gather": 10, "reduce-scatter": 10, "all-reduce": 10, "all-to-all": 45}
+
+
+H100_ONE_RANK = ROOT / "tests/fixtures/h100/fsdp_train"
+
+
+def test_one_rank_guess_holds_on_a_real_h100_run():
+    """The one-rank guess against the compute baseline recorded on an H100 (fixture: 8 blocks,
+    --batch 4 --seq 2048 --dim 2048 --hidden 5632 --heads 16 --vocab 32000, eager). On a GPU
+    autograd runs the backward on a thread of its own, so FSDP's post-backward reduce is
+    annotated there, not on the step's thread: the guess must find it all the same."""
+    (path,) = H100_ONE_RANK.glob("*_fsdp1_eager_rank0.json.gz")
+    trace = trace_reader.load(path)
+    expect, want = lesson.expectation(8, reshard=True, world=1)
+    ok, lines = lesson.check_rank(trace, expect, want)
+    assert ok, lines
+    step = trace.steps[-1]
+    reduce = "FSDP::post_backward_reduce"
+    assert reduce not in step.op_names()  # only another thread holds it, as recorded
+    assert reduce in step.op_names_any_thread()
+    assert trace.device is not None and not any(
+        item.klass.cls == "collective" for s in trace.steps for item in s.gpu
+    )

@@ -4,11 +4,12 @@
 # shape and at seq 4096 / head_dim 128, 04_d with FA4 as its source, 03_fused_mlp --bench beside
 # QuACK, tools/tune_fused_mlp.py with QuACK at the post's shape and a Llama-sized one, and two
 # small FA4 traces for fixtures. Every log and trace goes into OUT_DIR/hopper_gpu_PART.tar.gz; a
-# step that fails is reported and the next one runs. attention: about 5 minutes, mlp: about 6
-# (most of it compiles and QuACK's autotuning): one call each where a call is limited to 10.
-#   bash tools/hopper_gpu.sh OUT_DIR [attention|mlp|all]       (PYTHON, SITE: see below)
+# step that fails is reported and the next one runs. attention: about 5 minutes; mlp (03's bench
+# and the tuner at the post's shape) and llama (the tuner at the Llama shape): about 4 each (most
+# of it compiles and QuACK's autotuning): one call each where a call is limited to 10.
+#   bash tools/hopper_gpu.sh OUT_DIR [attention|mlp|llama|all]       (PYTHON, SITE: see below)
 set -u
-out=${1:?usage: tools/hopper_gpu.sh OUT_DIR [attention|mlp|all]}
+out=${1:?usage: tools/hopper_gpu.sh OUT_DIR [attention|mlp|llama|all]}
 what=${2:-all}
 py=${PYTHON:-python3}
 site=${SITE:-/tmp/profiling-pytorch-wheels/site}
@@ -16,7 +17,7 @@ site=${SITE:-/tmp/profiling-pytorch-wheels/site}
 b36="$site:$site/nvidia_cutlass_dsl/dsl_packages"
 # torch 2.11's SDPA route unpacks two values from FA4's forward: 4.0.0b18 (its own target) first.
 b18="$site-fa4b18:$b36"
-case $what in attention | mlp | all) ;; *) echo "unknown: $what" >&2; exit 2 ;; esac
+case $what in attention | mlp | llama | all) ;; *) echo "unknown: $what" >&2; exit 2 ;; esac
 if [ ! -d "$site/flash_attn" ] || [ ! -d "$site/quack" ]; then
     echo "error: no Hopper wheel set in $site: run tools/carry_wheels.py install first" >&2
     exit 2
@@ -59,7 +60,7 @@ cat "$work/versions.txt"
 attn="--batch 8 --heads 16 --seq 1024 --head_dim 64"
 long="--batch 4 --heads 16 --seq 4096 --head_dim 128"
 small="--batch 1 --heads 2 --seq 256 --head_dim 64 --active 1 --gzip"
-if [ "$what" != mlp ]; then
+if [ "$what" = attention ] || [ "$what" = all ]; then
     # One table per shape: cuDNN, SDPA's FA2, efficient, math, FA4 direct and routed (b18, for
     # torch 2.11's route). Then, with --bench, direct against routed at the post's shape with
     # the same FA4 (b18: where the routed call's host time goes), and b36 direct at 4096/128.
@@ -73,10 +74,13 @@ if [ "$what" != mlp ]; then
     step 04d_fa4_small "$b36" 120 $py 04_d_kernels_attention.py $small --strict --traces-dir "$traces/fixture"
     step 04c_fa4_small "$b18" 120 $py 04_c_sdpa_attention.py $small --backend fa4-sdpa --strict --traces-dir "$traces/fixture"
 fi
-if [ "$what" != attention ]; then
+# The tuner times both Hopper paths (hopper-epi: what fits from QuACK's kernel) beside QuACK.
+if [ "$what" = mlp ] || [ "$what" = all ]; then
     step 03fused_bench "$b36" 180 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --bench --traces-dir "$traces"
-    step tune_post "$b36" 300 $py tools/tune_fused_mlp.py --quick --paths hopper --budget-s 60
-    step tune_llama "$b36" 360 $py tools/tune_fused_mlp.py --quick --paths hopper --budget-s 60 \
+    step tune_post "$b36" 360 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 90
+fi
+if [ "$what" = llama ] || [ "$what" = all ]; then
+    step tune_llama "$b36" 540 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 120 \
         --m 8192 --dim 4096 --hidden 14336
 fi
 
@@ -88,9 +92,11 @@ echo "archive: $out/hopper_gpu_${what}.tar.gz ($(du -h "$out/hopper_gpu_${what}.
 # What to read first, per log (the archive holds everything).
 for log in "$work"/*.log; do
     echo "--- $(basename "$log" .log)"
-    sed -n -e '/^flash_attn_func:/p' -e '/backends compared/,/^$/p' -e '/^host time per forward/,+7p' \
-        -e '/^  forward, /p' -e '/host dispatch per call/p' -e '/QuACK/p' -e '/^expected vs seen/p' \
-        -e '/not as expected/p' -e '/^summary (/,$p' -e '/^\(error\|Traceback\)/,+3p' "$log" | cut -c1-160
+    # {p;d}: a line that several patterns match is printed once
+    sed -n -e '/^summary (/,${p;d}' -e '/backends compared/,/^$/{p;d}' -e '/^host time per forward/,+7{p;d}' \
+        -e '/^\(error\|Traceback\)/,+3{p;d}' -e '/^flash_attn_func:/{p;d}' -e '/^  forward, /{p;d}' \
+        -e '/host dispatch per call/{p;d}' -e '/QuACK/{p;d}' -e '/^expected vs seen/{p;d}' \
+        -e '/not as expected/{p;d}' "$log" | cut -c1-160
 done
 [ ${#failed[@]} -eq 0 ] && echo "all steps ran" || echo "failed steps: ${failed[*]}"
 rm -rf "$work"

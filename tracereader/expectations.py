@@ -96,17 +96,17 @@ def check(trace: Trace, expect: Expect, *, sibling: Trace | None = None) -> Verd
                     "identical" if same else f"{mine} vs {_gemm_names(sibling)}",
                 )
         _check_precision(trace, expect, report, lines)
+    # An op belongs to a step if any thread ran it inside the step's time (see Step).
+    names = [(s.name, s.op_names_any_thread()) for s in trace.steps]
     for pattern in expect.cpu_present:
-        missing = [
-            s.name for s in trace.steps if not any(_matches(pattern, n) for n in s.op_names())
-        ]
+        missing = [step for step, ops in names if not any(_matches(pattern, n) for n in ops)]
         report(
             not missing,
             f"CPU op {pattern}",
             "in every step" if not missing else f"missing in {', '.join(missing)}",
         )
     for pattern in expect.cpu_absent:
-        present = [s.name for s in trace.steps if any(_matches(pattern, n) for n in s.op_names())]
+        present = [step for step, ops in names if any(_matches(pattern, n) for n in ops)]
         report(
             not present,
             f"no CPU op {pattern}",

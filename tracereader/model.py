@@ -198,6 +198,12 @@ class Step:
     def op_names(self) -> list[str]:
         return [op.name for op in self.cpu_ops]
 
+    def op_names_any_thread(self) -> list[str]:
+        """The step thread's ops, then those of other threads inside the step's time: on a GPU
+        autograd runs the backward (and the hooks it calls, FSDP's post-backward reduce among
+        them) on a thread of its own."""
+        return [op.name for op in (*self.cpu_ops, *self.other_ops)]
+
     def count(self, cls: str) -> int:
         """GPU operations of a class: a kernel that joins the one before it (a split-K
         reduce after its GEMM) is part of that operation, not another one."""

@@ -105,6 +105,27 @@ def time_gpu(
     return Timing(median / 1e3, p20 / 1e3, p80 / 1e3, runs, how)
 
 
+def time_gpu_interleaved(
+    fns: dict[str, Callable[[], object]],
+    *,
+    rounds: int = 5,
+    timer: Callable[[Callable[[], object]], Timing] | None = None,
+) -> dict[str, Timing]:
+    """time_gpu for each function in turn, `rounds` times over: the median of each one's
+    do_bench medians. Compared one after the other, two timings see different power states of
+    the GPU (its clocks fall as it nears its power limit under dense GEMMs); interleaved, each
+    round puts them in the same one."""
+    if rounds < 1 or not fns:
+        raise ValueError("time_gpu_interleaved needs functions and at least one round")
+    timer = timer or time_gpu  # another timer where no GPU is (the tests)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(timer(fn).median_s)
+    how = f"median of {rounds} do_bench medians, interleaved"
+    return {name: summarize(values, how) for name, values in samples.items()}
+
+
 def time_host(fn: Callable[[], object], *, calls: int = 20, repeats: int = 15) -> Timing:
     """Host time to issue one call: `calls` calls back to back, timed on the host clock
     without waiting for the GPU, after a synchronize so the launch queue starts empty.
