@@ -377,9 +377,11 @@ CONFIGS = {
     # 152-156 us on the H100 (no TMA, no persistent grid): Triton's tutorial 03's first CUDA
     # configuration, which fits the A100's shared memory (3 x 48 KB); not measured on an A100.
     "plain": Config("plain", 128, 256, 64, stages=3, warps=8),
-    # Not yet measured (opt-in, SM90 only, never chosen by "auto"): the Hopper tile above with
-    # QuACK's tanh and a split epilogue store, whose smaller buffer lets a 4th K stage fit
-    # (4 x 48 KB + 16 KB). tools/tune_fused_mlp.py --paths hopper,hopper-epi times it.
+    # Opt-in (SM90 only, never chosen by "auto"): the Hopper tile above with QuACK's tanh and
+    # a split epilogue store, whose smaller buffer lets a 4th K stage fit (4 x 48 KB + 16 KB).
+    # Measured 2026-11-24/25: its forward 2% faster than "hopper"'s at the post's shape on an
+    # H100 and an H200, its kernel alone 1-3% slower at the Llama shape; both leave the tensor
+    # pipe idle during the epilogue (docs/measurements.md, QuACK's gated GEMM, measured).
     "hopper-epi": Config(
         "hopper-epi", 128, 256, 64, stages=4, warps=8, epi_split=2, fast_tanh=True
     ),

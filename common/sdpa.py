@@ -126,7 +126,8 @@ def summarize(backend: str, trace, annotation: str) -> Row:
         occupancy = (getattr(main, "args", None) or {}).get("est. achieved occupancy %")
         if isinstance(occupancy, int | float):
             row.occupancy = f"{occupancy:g}%"
-            row.occupancy_unmeasured = occupancy == 0 and main.runtime == "cuLaunchKernelEx"
+            # the driver's cuLaunchKernelEx and the runtime's cudaLaunchKernelExC (CuTe DSL's)
+            row.occupancy_unmeasured = occupancy == 0 and "LaunchKernelEx" in (main.runtime or "")
     return row
 
 
@@ -152,7 +153,7 @@ def comparison(rows: list[Row], title: str, *, on_gpu: bool) -> str:
         )
     if any(r.occupancy_unmeasured for r in rows):
         lines.append(
-            "  * launched with cuLaunchKernelEx: the profiler reports no achieved occupancy for "
+            "  * launched with cuLaunchKernelEx(C): the profiler reports no achieved occupancy for "
             "such launches; estimate it from the kernel's registers, shared memory and block size"
         )
     if not on_gpu:

@@ -20,6 +20,7 @@ from common import cli, shapes
 from common import sdpa as sdpa_plumbing
 from common.measuring import bench, traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
+from tracereader import expectations
 from tracereader.load import load as load_trace
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]
@@ -248,6 +249,33 @@ def test_comparison_on_real_h100_traces_reads_kernels_and_flags_unmeasured_occup
     assert by_backend == [*rows, "cudnn"]
     assert "0%*" in lines[5] and "cannot run: a reason" in lines[6]
     assert lines[-1].startswith("  * launched with cuLaunchKernelEx")
+
+
+@pytest.mark.parametrize("backend", ["fa4", "fa4-sdpa"])
+def test_fa4_on_a_real_h100_trace_meets_the_guess_and_takes_its_row(backend):
+    """FlashAttention-4 at the post's shape on an H100 (fixtures recorded with flash-attn-4
+    4.0.0b18, tests/fixtures/README.md): its CuTe-DSL kernel is read as attention, so the
+    lesson's EXPECT holds with no GEMM; routed through SDPA it adds two small fill kernels
+    (the flash op's philox seed and offset) and SDPA's ops on the host."""
+    lesson = load_script("04_c_sdpa_attention")
+    trace = h100_sdpa(backend)
+    verdict = expectations.check(trace, lesson.EXPECT[backend])
+    assert verdict.ok, expectations.render(verdict, lesson.EXPECT[backend])
+    row = sdpa_plumbing.summarize(backend, trace, "attn_fwd")
+    assert "flash_att" in row.main_kernel and row.occupancy_unmeasured
+    assert row.kernels == ("1" if backend == "fa4" else "3")
+    main = max(trace.steps[-1].gpu, key=lambda item: item.dur)
+    assert main.klass.cls == "attention"
+    others = [item.klass.cls for item in trace.steps[-1].gpu if item is not main]
+    assert others == ([] if backend == "fa4" else ["elementwise", "elementwise"])
+
+
+def test_04d_guess_holds_on_its_real_h100_run_with_fa4_as_the_source():
+    """04_d ran on an H100 with no Hub and no cache: FlashAttention-4 answered (fixture)."""
+    lesson = load_script("04_d_kernels_attention")
+    path = SDPA_H100.parent / f"04_d_kernels_attention/{TAG_H100}_eager_fa4.json.gz"
+    verdict = expectations.check(load_trace(path), lesson.EXPECT["eager"])
+    assert verdict.ok, expectations.render(verdict, lesson.EXPECT["eager"])
 
 
 def test_comparison_of_a_trace_without_occupancy_leaves_the_column_empty(tmp_path):
