@@ -90,6 +90,20 @@ def _short(reason: str, limit: int = 160) -> str:
     return reason if len(reason) <= limit else reason[: limit - 3].rsplit(" ", 1)[0] + "..."
 
 
+class KernelsMissing(ImportError):
+    """The kernels library itself is not installed: no Hub, cache or LOCAL_KERNELS to try."""
+
+
+def get_kernel_missing(*_args, **_kwargs):
+    """Stands in for kernels.get_kernel where the library does not import (a Python with torch
+    but not this project's environment): the lesson refuses in one line instead of a traceback,
+    and 04_d can still fall back to FlashAttention-4."""
+    raise KernelsMissing(
+        "the kernels library is not installed in this Python (`uv sync` installs it; "
+        "elsewhere `pip install kernels`)"
+    )
+
+
 def load(
     fetch: Callable[[], T], repo_id: str, *, fallback: Callable[[str], tuple[T, str]]
 ) -> tuple[T, str]:
@@ -101,6 +115,8 @@ def load(
     with _kernels_logs_held() as held:
         try:
             return _noted(fetch(), held), hub_source(repo_id)
+        except KernelsMissing as err:  # no source of the library's to try
+            return fallback(str(err))
         except Exception as err:  # no network, cold cache, refused trust check, no build variant
             reason = _short(one_line(err, 1000))
         # the Hub did not answer: a warm cache still can; a refusal the Hub gave stands

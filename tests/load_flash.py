@@ -2,7 +2,8 @@
 04_d_kernels_attention.py does, under whatever LOCAL_KERNELS / HF_HUB_OFFLINE / HF_HUB_CACHE
 the test set, and print where it came from, or the one line a user would see instead.
 `--fake-fa4` first puts a stand-in `flash_attn.cute` module in sys.modules, as if flash-attn-4
-were installed (no GPU here to run the real one)."""
+were installed (no GPU here to run the real one); `--no-kernels-library` makes `import kernels`
+fail, as in a Python with torch but without this project's environment."""
 
 import sys
 from types import ModuleType
@@ -24,6 +25,10 @@ if "--fake-fa4" in sys.argv:
     package.__path__ = []
     package.cute = cute
     sys.modules.update({"flash_attn": package, "flash_attn.cute": cute})
+
+if "--no-kernels-library" in sys.argv:
+    sys.argv.remove("--no-kernels-library")
+    sys.modules["kernels"] = None  # `from kernels import ...` now raises ImportError
 
 script = load_script("04_d_kernels_attention")
 variant = sys.argv[1] if len(sys.argv) > 1 else "fa2"

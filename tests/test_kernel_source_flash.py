@@ -41,8 +41,9 @@ def tiny_flash_repo(root, variant="fa2"):
     return root
 
 
-def load(env_extra, tmp_path, variant="fa2", fa4=False):
+def load(env_extra, tmp_path, variant="fa2", fa4=False, kernels_library=True):
     args = [variant, *(["--fake-fa4"] if fa4 else [])]
+    args += [] if kernels_library else ["--no-kernels-library"]
     return run_kernel_loader("load_flash", *args, env_extra=env_extra, tmp_path=tmp_path)
 
 
@@ -104,3 +105,17 @@ def test_the_hub_sources_come_before_an_installed_flashattention_4(tmp_path):
     cached = load({"HF_HUB_CACHE": str(warm_cache(tmp_path / "hub"))}, tmp_path, fa4=True)
     for lines in (local, cached):
         assert lines["ORIGIN"] == "tiny-test-repo"
+
+
+@pytest.mark.slow
+def test_without_the_kernels_library_one_line_or_flashattention_4(tmp_path):
+    """A Python with torch but not the kernels library (seen on a GPU machine): no traceback at
+    import; the refusal names the missing library (no cache was read), and an installed
+    FlashAttention-4 still answers."""
+    refused = load({}, tmp_path, kernels_library=False)["REFUSED"]
+    assert "\n" not in refused
+    assert "the kernels library is not installed in this Python (`uv sync` installs it" in refused
+    assert "cache holds no copy" not in refused
+    lines = load({}, tmp_path, fa4=True, kernels_library=False)
+    assert lines["ORIGIN"] == "fake-flash-attn-4"
+    assert "could not be loaded (the kernels library is not installed" in lines["SOURCE"]
