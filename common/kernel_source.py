@@ -186,8 +186,10 @@ def _liger_from_pypi(repo_id: str, reason: str) -> tuple[ModuleType, str]:
         release = version("liger-kernel")
     except (ImportError, PackageNotFoundError):
         raise UsageError(
-            f"could not load {repo_id} ({reason}), and the liger-kernel package "
-            "is not installed to fall back on"
+            f"could not load {repo_id} ({reason}), and the liger-kernel package is not "
+            "installed to fall back on. To get it: `uv sync` (liger-kernel is one of this "
+            "project's dependencies), or point LOCAL_KERNELS at a local copy of the kernel "
+            f"repository: LOCAL_KERNELS={repo_id}=/path/to/it"
         ) from None
     return (
         SimpleNamespace(LigerGEGLUMLP=LigerGEGLUMLP),

@@ -20,7 +20,7 @@ from common import cli, shapes
 from common import sdpa as sdpa_plumbing
 from common.measuring import bench, traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
-from tracereader import expectations
+from tracereader import expectations, findings
 from tracereader.load import load as load_trace
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]
@@ -268,6 +268,10 @@ def test_fa4_on_a_real_h100_trace_meets_the_guess_and_takes_its_row(backend):
     assert main.klass.cls == "attention"
     others = [item.klass.cls for item in trace.steps[-1].gpu if item is not main]
     assert others == ([] if backend == "fa4" else ["elementwise", "elementwise"])
+    # where the routed call's extra host time goes: the reader names the op that holds it
+    (library,) = [f for f in findings.read(trace) if f.topic == "library"]
+    op = "FlashAttnFunc" if backend == "fa4" else "aten::_scaled_dot_product_flash_attention"
+    assert library.message.startswith(f"{op} spends ") and library.us > 50
 
 
 def test_04d_guess_holds_on_its_real_h100_run_with_fa4_as_the_source():

@@ -139,3 +139,19 @@ def test_a_refusal_the_hub_gave_is_not_read_around_from_the_cache(monkeypatch):
 
     got = kernel_source.load(fetch, SOMEONE, fallback=lambda reason: (None, reason))
     assert tries == [1] and "not from a trusted publisher" in got[1]
+
+
+def test_without_kernels_library_or_liger_one_line_the_smoke_run_calls_unavailable(tmp_path):
+    """The GPU machines' Python has torch but neither the kernels library nor liger-kernel:
+    03_kernels_mlp refuses in one line that says how to get the kernel, which tools/smoke.py
+    reports as this machine's gap (unavailable), not the lesson's failure."""
+    from tests.test_smoke import smoke
+
+    args = ("--no-kernels-library", "--no-liger")
+    lines = run_kernel_loader("load_liger", *args, env_extra={}, tmp_path=tmp_path)
+    refused = lines["REFUSED"]
+    assert "SOURCE" not in lines and "\n" not in refused
+    assert "the kernels library is not installed in this Python" in refused
+    assert "liger-kernel package is not installed" in refused
+    assert f"LOCAL_KERNELS={REPO}=/path/to/it" in refused
+    assert smoke.UNAVAILABLE.search(refused)

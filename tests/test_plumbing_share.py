@@ -74,6 +74,33 @@ def test_parsing_refusals_helpers_and_knobs_count_as_plumbing_the_lesson_does_no
     assert share.counted == 15
 
 
+def test_a_guarded_import_is_an_import_and_what_uses_it_stays_the_lesson(tmp_path):
+    """`try: from kernels import get_kernel / except ImportError:` (an optional library): the
+    import is not counted, its except clause is a refusal, and a function calling get_kernel
+    is still the lesson's, as with a plain import."""
+    lesson = tmp_path / "09_example.py"
+    lesson.write_text(
+        textwrap.dedent(
+            '''\
+            """Docstring."""
+            try:
+                from kernels import get_kernel
+            except ImportError:
+                get_kernel = None
+
+
+            def fetch():
+                return get_kernel("org/repo", version=1)
+            '''
+        )
+    )
+    share = tool.measure(lesson)
+    source = lesson.read_text().splitlines()
+    kinds = {source[n - 1].strip(): kind for n, kind in share.plumbing.items()}
+    assert kinds == {"except ImportError:": "refusals", "get_kernel = None": "refusals"}
+    assert share.counted == 4  # the handler's two lines and fetch's two
+
+
 def test_a_missing_lesson_is_one_line_and_exit_2(capsys):
     assert tool.main(["no_such_lesson.py"]) == 2
     err = capsys.readouterr().err

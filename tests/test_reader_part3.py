@@ -470,6 +470,11 @@ H100_04C = f"h100/04_c_sdpa_attention/{SHAPE}_eager"
             {
                 f"{H100_04C}_cudnn.json.gz",
                 f"{H100_04C}_auto.json.gz",  # SDPA picked cuDNN
+                # FlashAttention-4: FA4's Python interface, then one CuTe-DSL launch, directly,
+                # from SDPA's flash op and as 04_d's source
+                f"{H100_04C}_fa4.json.gz",
+                f"{H100_04C}_fa4-sdpa.json.gz",
+                f"h100/04_d_kernels_attention/{SHAPE}_eager_fa4.json.gz",
                 # Liger's Triton kernel, launched from Python inside its autograd Function
                 *(
                     f"{gpu}/03_kernels_mlp/{shape}_bf16_eager.json.gz"

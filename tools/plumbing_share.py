@@ -1,7 +1,9 @@
 """How much of each lesson is plumbing, by one fixed definition; tests hold every lesson under 20%.
 
 Counted: the lesson's code lines (not blank) after its docstring, less the imports and the
-closing `if __name__ == "__main__":` (every script has both: neither lesson nor plumbing).
+closing `if __name__ == "__main__":` (every script has both: neither lesson nor plumbing). A
+guarded import (`try: from kernels import ... except ImportError: ...`) is an import; its
+except clause counts, as a refusal.
 A comment counts with the statement below it.
 
 Plumbing, by the Python syntax tree (the rest is the lesson: the module, its reference, EXPECT,
@@ -71,7 +73,10 @@ def measure(path: Path) -> Share:
                 result.plumbing.setdefault(n, kind)
 
     for node in body:
-        if isinstance(node, ast.Import | ast.ImportFrom) or _is_main_guard(node):
+        if _is_import(node) or _is_main_guard(node):
+            if _is_guarded_import(node):
+                for handler in node.handlers:
+                    counted.update(_span(handler, lines))
             continue
         counted.update(_span(node, lines))
     result.counted = len(counted)
@@ -85,7 +90,10 @@ def measure(path: Path) -> Share:
         lesson |= grown
 
     for node in body:
-        if isinstance(node, ast.Import | ast.ImportFrom) or _is_main_guard(node):
+        if _is_guarded_import(node):
+            for handler in node.handlers:
+                mark(handler, "refusals")
+        if _is_import(node) or _is_main_guard(node):
             continue
         if isinstance(node, ast.FunctionDef | ast.ClassDef):
             if _calls(node) & PARSING:
@@ -112,9 +120,23 @@ def _span(node: ast.AST, lines: list[str]) -> set[int]:
     return {n for n in range(first, node.end_lineno + 1) if lines[n - 1].strip()}
 
 
+def _is_guarded_import(node: ast.stmt) -> bool:
+    """`try:` holding imports only: an optional dependency, imported where it is installed."""
+    return isinstance(node, ast.Try) and all(
+        isinstance(inner, ast.Import | ast.ImportFrom) for inner in node.body
+    )
+
+
+def _is_import(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Import | ast.ImportFrom) or _is_guarded_import(node)
+
+
 def _imported_from(tree: ast.Module, packages: tuple[str, ...]) -> set[str]:
     names = set()
-    for node in tree.body:
+    statements = [
+        inner for node in tree.body for inner in (node.body if _is_guarded_import(node) else [node])
+    ]
+    for node in statements:
         if isinstance(node, ast.Import):
             names |= {
                 (a.asname or a.name).split(".")[0]

@@ -826,35 +826,42 @@ def _opaque_library(trace: Trace) -> list[Finding]:
             kernels = [i for i in op.launched if i.kind == "kernel"]
             if len(kernels) != 1 or kernels[0].klass.cls == "gemm":
                 continue
-            depth, below = op.depth, False  # a child launched GPU work: not opaque
+            # Small kernels under it are its children's (SDPA's flash op routed to FA4 fills
+            # two tensors first; its own time excludes them); a GEMM under it means it wraps
+            # real work (a module's forward, a user's annotation): not one library's bar.
+            below, wraps = 0, False
             for child in ops[op.index + 1 :]:
-                if child.depth <= depth:
+                if child.depth <= op.depth:
                     break
-                if child.depth == depth + 1 and child.below:
-                    below = True
-                    break
-            if below:
+                below += sum(i.kind == "kernel" for i in child.launched)
+                wraps |= any(i.klass.cls == "gemm" for i in child.launched)
+            if wraps:
                 continue
             nth = order[op.name] = order.get(op.name, -1) + 1
             own = op.dur - calls.get(op, op.inner)
             share = own / step.dur if step.dur > 0 else 0.0
-            seen.setdefault((op.name, nth), []).append((own, share, op, kernels[0]))
+            seen.setdefault((op.name, nth), []).append((own, share, op, kernels[0], below))
     best = None
     for runs in seen.values():
         own = statistics.median(r[0] for r in runs)
         share = statistics.median(r[1] for r in runs)
         if own >= OPAQUE_US and share >= OPAQUE_SHARE and (best is None or own > best[0]):
-            best = (own, share, runs[-1][2], runs[-1][3])
+            best = (own, share, *runs[-1][2:])
     if best is None:
         return []
-    own, share, op, kernel = best
+    own, share, op, kernel, below = best
+    under = (
+        "with nothing under it that launches GPU work"
+        if not below
+        else f"outside the ops under it (which launch {below} kernel{'s' if below > 1 else ''})"
+    )
     return [
         Finding(
             "library",
             f"{op.name} spends {own:.0f} us of CPU time of its own per step ({share:.0%} of "
-            "the step), with nothing under it that launches GPU work, and then launches one "
-            f"kernel, {readable(kernel.name)}, with {kernel.runtime}: the library plans and "
-            "launches inside one bar that the profiler cannot see into",
+            f"the step), {under}, and then launches one kernel, {readable(kernel.name)}, with "
+            f"{kernel.runtime}: the library plans and launches inside one bar that the profiler "
+            "cannot see into",
             us=own,
         )
     ]
