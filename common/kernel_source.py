@@ -90,6 +90,9 @@ def _short(reason: str, limit: int = 160) -> str:
     return reason if len(reason) <= limit else reason[: limit - 3].rsplit(" ", 1)[0] + "..."
 
 
+NO_LIBRARY = "the kernels library is not installed in this Python"
+
+
 class KernelsMissing(ImportError):
     """The kernels library itself is not installed: no Hub, cache or LOCAL_KERNELS to try."""
 
@@ -98,9 +101,18 @@ def get_kernel_missing(*_args, **_kwargs):
     """Stands in for kernels.get_kernel where the library does not import (a Python with torch
     but not this project's environment): the lesson refuses in one line instead of a traceback,
     and 04_d can still fall back to FlashAttention-4."""
-    raise KernelsMissing(
-        "the kernels library is not installed in this Python (`uv sync` installs it; "
-        "elsewhere `pip install kernels`)"
+    raise KernelsMissing(NO_LIBRARY)
+
+
+def how_to_get(repo_id: str, reason: str) -> str:
+    """The ways to get the kernel onto this machine that can work given why loading failed:
+    the Hub's cache and LOCAL_KERNELS both go through the kernels library."""
+    if NO_LIBRARY in reason:
+        return "To get it: install the kernels library (`uv sync`; elsewhere `pip install kernels`)"
+    return (
+        "To get it: run once with network access (the Hub cache then serves HF_HUB_OFFLINE=1 "
+        "runs), or point LOCAL_KERNELS at a local copy of the kernel repository: "
+        f"LOCAL_KERNELS={repo_id}=/path/to/it"
     )
 
 
@@ -145,9 +157,7 @@ def no_fallback(repo_id: str, why: str) -> Callable[[str], tuple]:
 
     def refuse(reason: str) -> tuple:
         raise UsageError(
-            f"could not load {repo_id} ({reason}); {why}. To get it: run once with network "
-            f"access (the Hub cache then serves HF_HUB_OFFLINE=1 runs), or point LOCAL_KERNELS "
-            f"at a local copy of the kernel repository: LOCAL_KERNELS={repo_id}=/path/to/it"
+            f"could not load {repo_id} ({reason}); {why}. {how_to_get(repo_id, reason)}"
         )
 
     return refuse
@@ -187,9 +197,7 @@ def _liger_from_pypi(repo_id: str, reason: str) -> tuple[ModuleType, str]:
     except (ImportError, PackageNotFoundError):
         raise UsageError(
             f"could not load {repo_id} ({reason}), and the liger-kernel package is not "
-            "installed to fall back on. To get it: `uv sync` (liger-kernel is one of this "
-            "project's dependencies), or point LOCAL_KERNELS at a local copy of the kernel "
-            f"repository: LOCAL_KERNELS={repo_id}=/path/to/it"
+            f"installed to fall back on (`uv sync` installs both). {how_to_get(repo_id, reason)}"
         ) from None
     return (
         SimpleNamespace(LigerGEGLUMLP=LigerGEGLUMLP),

@@ -100,8 +100,9 @@ def test_interleaved_timing_alternates_and_takes_each_ones_median():
     pair = timing.time_gpu_interleaved(
         {"ours": lambda: "ours", "theirs": lambda: "theirs"}, rounds=3, timer=timer
     )
-    assert order == ["ours", "theirs"] * 3
-    assert pair["ours"].median_s == 13.0 and pair["theirs"].median_s == 24.0
+    assert order == ["ours", "theirs", "theirs", "ours", "ours", "theirs"]
+    # ours at drifts 1, 4, 5 and theirs at 2, 3, 6: medians 10 + 4 and 20 + 3
+    assert pair["ours"].median_s == 14.0 and pair["theirs"].median_s == 23.0
     assert pair["ours"].runs == 3 and "interleaved" in pair["ours"].how
     with pytest.raises(ValueError):
         timing.time_gpu_interleaved({}, timer=timer)

@@ -153,5 +153,7 @@ def test_without_kernels_library_or_liger_one_line_the_smoke_run_calls_unavailab
     assert "SOURCE" not in lines and "\n" not in refused
     assert "the kernels library is not installed in this Python" in refused
     assert "liger-kernel package is not installed" in refused
-    assert f"LOCAL_KERNELS={REPO}=/path/to/it" in refused
+    # only advice that can work without the library (LOCAL_KERNELS and the cache need it)
+    assert "To get it: install the kernels library (`uv sync`" in refused
+    assert "LOCAL_KERNELS" not in refused and "network" not in refused
     assert smoke.UNAVAILABLE.search(refused)

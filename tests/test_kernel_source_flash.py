@@ -114,8 +114,11 @@ def test_without_the_kernels_library_one_line_or_flashattention_4(tmp_path):
     FlashAttention-4 still answers."""
     refused = load({}, tmp_path, kernels_library=False)["REFUSED"]
     assert "\n" not in refused
-    assert "the kernels library is not installed in this Python (`uv sync` installs it" in refused
-    assert "cache holds no copy" not in refused
+    assert "(the kernels library is not installed in this Python)" in refused
+    assert refused.endswith(
+        "To get it: install the kernels library (`uv sync`; elsewhere `pip install kernels`)"
+    )
+    assert "cache holds no copy" not in refused and "LOCAL_KERNELS" not in refused
     lines = load({}, tmp_path, fa4=True, kernels_library=False)
     assert lines["ORIGIN"] == "fake-flash-attn-4"
     assert "could not be loaded (the kernels library is not installed" in lines["SOURCE"]

@@ -76,11 +76,11 @@ if [ "$what" = attention ] || [ "$what" = all ]; then
 fi
 # The tuner times both Hopper paths (hopper-epi: what fits from QuACK's kernel) beside QuACK.
 if [ "$what" = mlp ] || [ "$what" = all ]; then
-    step 03fused_bench "$b36" 180 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --bench --traces-dir "$traces"
-    step tune_post "$b36" 360 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 90
+    step 03fused_bench "$b36" 150 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --bench --traces-dir "$traces"
+    step tune_post "$b36" 300 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 90
 fi
 if [ "$what" = llama ] || [ "$what" = all ]; then
-    step tune_llama "$b36" 540 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 120 \
+    step tune_llama "$b36" 420 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 120 \
         --m 8192 --dim 4096 --hidden 14336
 fi
 

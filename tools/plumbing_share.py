@@ -122,8 +122,11 @@ def _span(node: ast.AST, lines: list[str]) -> set[int]:
 
 def _is_guarded_import(node: ast.stmt) -> bool:
     """`try:` holding imports only: an optional dependency, imported where it is installed."""
-    return isinstance(node, ast.Try) and all(
-        isinstance(inner, ast.Import | ast.ImportFrom) for inner in node.body
+    return (
+        isinstance(node, ast.Try)
+        and not node.orelse
+        and not node.finalbody  # else a try with more in it: counted as code
+        and all(isinstance(inner, ast.Import | ast.ImportFrom) for inner in node.body)
     )
 
 

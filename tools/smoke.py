@@ -60,7 +60,9 @@ SHAPES = {
 }
 GPU_ONLY = {"03_kernels_mlp", "03_fused_mlp", "04_d_kernels_attention"}
 # A missing kernel source is this machine's gap, not the lesson's failure.
-UNAVAILABLE = re.compile(r"LOCAL_KERNELS|kernels Hub|no kernel source", re.I)
+UNAVAILABLE = re.compile(
+    r"LOCAL_KERNELS|kernels Hub|no kernel source|kernels library is not installed", re.I
+)
 # "117% of the matrix ceiling", "105% of bf16's measured ceiling", "x0.85 ... floor"
 PERCENT_OF_CEILING = re.compile(r"(\d+(?:\.\d+)?)% of [^,;)]*ceiling")
 BELOW_FLOOR = re.compile(r"\bx(0\.\d+)\b|/ floor = 0\.\d+")

@@ -804,14 +804,13 @@ def _upcast(trace: Trace) -> Finding | None:
 
 
 def _opaque_library(trace: Trace) -> list[Finding]:
-    """An op that launches one kernel (no GEMM: a GEMM library's bar is always one op) after
-    much CPU time of its own, with nothing under it that launches GPU work: a library
-    planning and launching where the profiler cannot look. Medians over the steps, matching
-    an op to its namesakes of the same kind (one kernel, no GPU work under it) by their order
-    in the step."""
+    """An op that launches one kernel itself (no GEMM: a GEMM library's bar is always one op)
+    after much CPU time of its own, with at most small work under it (no GEMM, nothing longer
+    than its own kernel): a library planning and launching where the profiler cannot look.
+    Medians over the steps, matching an op to its namesakes by their order in the step."""
     if trace.device is None or not trace.steps:
         return []
-    seen: dict[tuple[str, int], list[tuple[float, float, CpuOp, GpuItem]]] = {}
+    seen: dict[tuple[str, int], list[tuple[float, float, CpuOp, GpuItem, int]]] = {}
     for step in trace.steps:
         calls: dict[CpuOp, float] = {}  # children's time, then runtime calls' time
         for call in step.runtime:
@@ -826,15 +825,17 @@ def _opaque_library(trace: Trace) -> list[Finding]:
             kernels = [i for i in op.launched if i.kind == "kernel"]
             if len(kernels) != 1 or kernels[0].klass.cls == "gemm":
                 continue
-            # Small kernels under it are its children's (SDPA's flash op routed to FA4 fills
-            # two tensors first; its own time excludes them); a GEMM under it means it wraps
-            # real work (a module's forward, a user's annotation): not one library's bar.
+            # Small work under it is its children's (SDPA's flash op routed to FA4 fills two
+            # tensors first; its own time excludes them); a GEMM, or anything longer than its
+            # own kernel, means it wraps real work (a module's forward, a user's annotation).
             below, wraps = 0, False
             for child in ops[op.index + 1 :]:
                 if child.depth <= op.depth:
                     break
-                below += sum(i.kind == "kernel" for i in child.launched)
-                wraps |= any(i.klass.cls == "gemm" for i in child.launched)
+                below += len(child.launched)
+                wraps |= any(
+                    i.klass.cls == "gemm" or i.dur > kernels[0].dur for i in child.launched
+                )
             if wraps:
                 continue
             nth = order[op.name] = order.get(op.name, -1) + 1
@@ -853,7 +854,8 @@ def _opaque_library(trace: Trace) -> list[Finding]:
     under = (
         "with nothing under it that launches GPU work"
         if not below
-        else f"outside the ops under it (which launch {below} kernel{'s' if below > 1 else ''})"
+        else f"outside the ops under it (which launch {below} small GPU "
+        f"item{'s' if below > 1 else ''})"
     )
     return [
         Finding(

@@ -111,17 +111,19 @@ def time_gpu_interleaved(
     rounds: int = 5,
     timer: Callable[[Callable[[], object]], Timing] | None = None,
 ) -> dict[str, Timing]:
-    """time_gpu for each function in turn, `rounds` times over: the median of each one's
-    do_bench medians. Compared one after the other, two timings see different power states of
-    the GPU (its clocks fall as it nears its power limit under dense GEMMs); interleaved, each
-    round puts them in the same one."""
+    """time_gpu for each function in turn, `rounds` times over, the order reversed each round:
+    the median of each one's do_bench medians. Compared one after the other, two timings see
+    different power states of the GPU (its clocks fall as it nears its power limit under dense
+    GEMMs); interleaved, each round puts them in the same one."""
     if rounds < 1 or not fns:
         raise ValueError("time_gpu_interleaved needs functions and at least one round")
     timer = timer or time_gpu  # another timer where no GPU is (the tests)
     samples: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns.items())
     for _ in range(rounds):
-        for name, fn in fns.items():
+        for name, fn in order:
             samples[name].append(timer(fn).median_s)
+        order.reverse()  # neither always first: under a drifting clock each leads in turn
     how = f"median of {rounds} do_bench medians, interleaved"
     return {name: summarize(values, how) for name, values in samples.items()}
 
