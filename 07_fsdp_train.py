@@ -54,7 +54,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.profiler import profile, record_function, schedule
 
 from common import cli, outputs, profiling, torchrun, training
-from common.measuring import timing
+from common.measuring import bench_ranks
 from common.training import reference_step as reference
 from models import TinyLM
 from tracereader import expectations, ranks
@@ -268,11 +268,7 @@ def main(argv=None) -> int:
 
     measured = None
     if args.bench:  # every rank runs the same steps; rank 0 reports its own
-        if run.on_gpu:
-            measured = timing.time_gpu_queued(step, calls=BENCH_STEPS, repeats=BENCH_STEPS)
-        else:
-            measured = timing.time_cpu(step, warmup_s=0, budget_s=0, min_runs=BENCH_STEPS,
-                                       max_runs=BENCH_STEPS)  # fmt: skip
+        measured = bench_ranks.time_fixed(step, run, calls=BENCH_STEPS, repeats=BENCH_STEPS)
     if launch.rank != 0:
         return 0
 

@@ -5,7 +5,6 @@ model, the declared expectation; bad input."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -266,13 +265,9 @@ def test_refusals_under_the_interpreter(argv, message, tmp_path, capsys, monkeyp
 
 
 def load_tuner():
-    spec = importlib.util.spec_from_file_location(
-        "tune_fused_mlp", ROOT / "tools" / "tune_fused_mlp.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    from tools import tune_fused_mlp
+
+    return tune_fused_mlp
 
 
 def test_tuner_candidates_are_distinct_and_print_as_pasteable_code():

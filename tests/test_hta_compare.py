@@ -4,7 +4,6 @@ install HTA from its cache)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -23,11 +22,9 @@ TP2 = ROOT / "tests/fixtures/h200x2/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
 
 @cache
 def tool():
-    spec = importlib.util.spec_from_file_location("hta_compare", ROOT / "tools/hta_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    from tools import hta_compare
+
+    return hta_compare
 
 
 def kernel(name: str, ts: float, dur: float, stream: int, corr: int) -> list[dict]:
@@ -65,13 +62,19 @@ def test_overlap_is_the_share_of_communication_hidden_under_compute(tmp_path):
     assert reading["comm_overlap_pct"] == pytest.approx(50)
 
 
-def test_htas_scope_drops_work_launched_after_the_last_step(tmp_path):
+def two_steps_and_a_late_kernel() -> list[dict]:
+    """Two ProfilerSteps (50-140, 150-240 us), a 10 us GEMM inside the first and one launched
+    after the last step (at 400 us)."""
     steps = [
         {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
          "ts": 50 + 100 * i, "dur": 90}
         for i in range(2)
     ]  # fmt: skip
-    events = steps + kernel("gemm", 100, 10, 7, 1) + kernel("gemm", 400, 10, 7, 2)
+    return steps + kernel("gemm", 100, 10, 7, 1) + kernel("gemm", 400, 10, 7, 2)
+
+
+def test_htas_scope_drops_work_launched_after_the_last_step(tmp_path):
+    events = two_steps_and_a_late_kernel()
     reading = tool().raw_reading(write(tmp_path, events))
     assert reading["all"]["gpu_busy_us"] == pytest.approx(20)
     assert reading["steps"]["gpu_busy_us"] == pytest.approx(10)
@@ -189,12 +192,7 @@ def test_the_readers_steps_window_is_the_work_the_steps_launched(name, capsys):
 def test_rows_set_the_readers_steps_window_against_the_raw_steps(tmp_path):
     """Like with like: where the reader reads steps, its steps' window is the row checked
     against the raw steps' union, and its whole-trace window against the raw whole trace."""
-    steps = [
-        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
-         "ts": 50 + 100 * i, "dur": 90}
-        for i in range(2)
-    ]  # fmt: skip
-    events = steps + kernel("gemm", 100, 10, 7, 1) + kernel("gemm", 400, 10, 7, 2)
+    events = two_steps_and_a_late_kernel()
     path = write(tmp_path, events)
     job = tool().Job(str(path), [path], str(path))
     job.raw = [tool().raw_reading(path)]

@@ -3,18 +3,13 @@ a human skimming 30 logs would miss."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
 from tests.helpers import ROOT
-
-spec = importlib.util.spec_from_file_location("smoke", ROOT / "tools" / "smoke.py")
-smoke = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = smoke  # its dataclasses look their module up while being defined
-spec.loader.exec_module(smoke)
+from tools import smoke
 
 
 def test_a_clean_bench_passes_and_every_kind_of_untrustworthy_result_fails():

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import gzip
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -296,10 +295,9 @@ def test_names_that_look_like_event_boundaries_are_read_whole(batch, monkeypatch
 
 
 def bench_tool():
-    spec = importlib.util.spec_from_file_location("trace_bench", ROOT / "tools" / "trace_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tools import trace_bench
+
+    return trace_bench
 
 
 @pytest.mark.parametrize("name", ["synthetic.json", "synthetic.json.gz"])

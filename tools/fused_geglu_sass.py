@@ -16,7 +16,6 @@ not executions. Triton compiles with its own ptxas and reads the cubin with its 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import subprocess
@@ -72,13 +71,9 @@ def sass_counts(cubin: bytes) -> tuple[int | None, dict[str, int]]:
 
 
 def load_tuner():
-    spec = importlib.util.spec_from_file_location(
-        "tune_fused_mlp", ROOT / "tools" / "tune_fused_mlp.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
+    from tools import tune_fused_mlp  # its candidate lists (ROOT is on sys.path)
+
+    return tune_fused_mlp
 
 
 def main() -> int:

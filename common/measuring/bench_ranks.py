@@ -29,8 +29,8 @@ from common.torchrun import Group
 from tracereader import ranks
 
 LINK_BYTES = 1 << 28  # 256 MiB: past the size where an all-reduce's time is latency, not bandwidth
-CPU_CALLS = 20  # timed calls per rank on a CPU (host clock)
-GPU_CALLS, GPU_REPEATS = 20, 7  # calls queued between two CUDA events, and how many times
+# timed calls per rank (on a GPU queued between two CUDA events), and on a GPU how many times
+CALLS, GPU_REPEATS = 20, 7
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,14 @@ class Measured:
     fresh_ceilings: bool  # --fresh-ceilings: rank 0's report measures them again
 
 
-def _time(fn: Callable[[], object], run: Run) -> timing.Timing:
-    """A fixed number of calls on every rank (see the module's doc)."""
+def time_fixed(
+    fn: Callable[[], object], run: Run, *, calls: int = CALLS, repeats: int = GPU_REPEATS
+) -> timing.Timing:
+    """A fixed number of calls on every rank (see the module's doc): on a GPU `calls` queued
+    between two CUDA events, `repeats` times; on a CPU `calls` calls on the host clock."""
     if run.on_gpu:
-        return timing.time_gpu_queued(fn, calls=GPU_CALLS, repeats=GPU_REPEATS)
-    return timing.time_cpu(fn, warmup_s=0.0, budget_s=0.0, min_runs=CPU_CALLS, max_runs=CPU_CALLS)
+        return timing.time_gpu_queued(fn, calls=calls, repeats=repeats)
+    return timing.time_cpu(fn, warmup_s=0.0, budget_s=0.0, min_runs=calls, max_runs=calls)
 
 
 def _gathered(value) -> list:
@@ -72,7 +75,7 @@ def _link(run: Run, group: Group, *, fresh: bool) -> tuple[float | None, str, bo
     if not need.item() and found is not None:
         return float(found["bus_bytes_per_s"]), str(found.get("measured", "")), True
     buf = torch.zeros(LINK_BYTES // 2, dtype=torch.bfloat16, device=run.device)
-    seconds = max(t.median_s for t in _gathered(_time(lambda: dist.all_reduce(buf), run)))
+    seconds = max(t.median_s for t in _gathered(time_fixed(lambda: dist.all_reduce(buf), run)))
     bus = 2 * (group.world - 1) / group.world * LINK_BYTES / seconds
     measured = ranks.measured_stamp(
         f"{LINK_BYTES >> 20} MiB bf16 all-reduce over {group.world} ranks, {group.backend}, "
@@ -94,12 +97,12 @@ def measure(
     """Every rank: time `step` (the forward, waited for), then an all-reduce of a tensor like
     `reduced` (the forward's output) alone, then the link."""
     dist.barrier()  # start together: the first all-reduce would otherwise time the stragglers
-    forward = _gathered(_time(step, run))
+    forward = _gathered(time_fixed(step, run))
     host = _gathered(timing.time_host(step)) if run.on_gpu else None
     allreduce = None
     if group.world > 1:
         buf = torch.zeros_like(reduced)
-        allreduce = _gathered(_time(lambda: dist.all_reduce(buf), run))
+        allreduce = _gathered(time_fixed(lambda: dist.all_reduce(buf), run))
     bus, measured, cached = _link(run, group, fresh=args.fresh_ceilings)
     return Measured(
         world=group.world,
