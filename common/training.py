@@ -20,7 +20,7 @@ from common import cli
 from common.check import MismatchError
 from tracereader import intervals, ranks
 from tracereader.model import CpuOp, Step, Trace
-from tracereader.render import duration
+from tracereader.units import duration
 
 # The model's shape flags, for every lesson that trains it (06, 07): flag, default, meaning.
 MODEL_FLAGS = (

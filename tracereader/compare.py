@@ -45,7 +45,7 @@ from tracereader.explain import dump_json, load_or_exit, stdout_closed
 from tracereader.kernel_names import labels
 from tracereader.load import GpuItem, Trace
 from tracereader.model import ELEMENT_BYTES
-from tracereader.render import duration
+from tracereader.units import duration
 
 CHANGED = 0.10  # a kernel group or op whose per-step time moves by more than this has changed
 TOP_CHANGES = 12

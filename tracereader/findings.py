@@ -829,9 +829,7 @@ def _opaque_library(trace: Trace) -> list[Finding]:
             # tensors first; its own time excludes them); a GEMM, or anything longer than its
             # own kernel, means it wraps real work (a module's forward, a user's annotation).
             below, wraps = 0, False
-            for child in ops[op.index + 1 :]:
-                if child.depth <= op.depth:
-                    break
+            for child in subtree(step, op)[1:]:
                 below += len(child.launched)
                 wraps |= any(
                     i.klass.cls == "gemm" or i.dur > kernels[0].dur for i in child.launched

@@ -48,21 +48,3 @@ def overlap(a: list[Interval], b: list[Interval]) -> float:
 def of(items) -> list[Interval]:
     """The union of GPU items' (or any ts/dur objects') intervals."""
     return union([(i.ts, i.ts + i.dur) for i in items])
-
-
-def length_in_order(items) -> float:
-    """The union's length of items (ts/dur objects) already in start order: one running
-    interval, no list of them (the whole trace's millions of events)."""
-    total = 0.0
-    start = end = None
-    for item in items:
-        ts = item.ts
-        stop = ts + item.dur
-        if end is not None and ts <= end:
-            if stop > end:
-                end = stop
-        else:
-            if end is not None:
-                total += end - start
-            start, end = ts, stop
-    return total + (end - start if end is not None else 0.0)

@@ -525,11 +525,11 @@ def subtree(step: Step, op: CpuOp) -> list[CpuOp]:
     start = op.index
     if not 0 <= start < len(step.cpu_ops) or step.cpu_ops[start] is not op:
         raise ValueError(f"{op.name} is not a CPU op of {step.name}")
-    out = [op]
-    for other in step.cpu_ops[start + 1 :]:
-        if other.depth <= op.depth:
+    ops, out = step.cpu_ops, [op]
+    for j in range(start + 1, len(ops)):  # by index: no copy of the rest of the step's ops
+        if ops[j].depth <= op.depth:
             break
-        out.append(other)
+        out.append(ops[j])
     return out
 
 

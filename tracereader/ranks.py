@@ -56,7 +56,7 @@ from tracereader import caches as jsoncache
 from tracereader import intervals
 from tracereader.analyses import collectives as coll
 from tracereader.load import CpuOp, GpuItem, Step, Trace, TraceError, load
-from tracereader.render import cell
+from tracereader.units import cell
 
 # A rank's trace, named the ways jobs name them: the lessons' `<stem>_rank<r>.json`, HTA's
 # `rank-0.json.gz`, torchtitan's `rank0_trace.json`, plain `rank0.json.gz`.

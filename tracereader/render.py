@@ -26,6 +26,7 @@ from io import TextIOBase  # not typing.TextIO: typing is start-up time of its o
 from tracereader import findings, footprint
 from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
 from tracereader.model import Step, Trace, silent_ops
+from tracereader.units import duration
 
 SCHEMA_VERSION = 2
 SCREEN = 80  # lines: the summary of any trace fits one screen
@@ -34,25 +35,6 @@ MAX_OPS = 200  # listing: lines per list in a step; a step of 100k ops must stay
 STEP_LINES = 8  # listing: one line each for this many more steps; a long run stays one screen
 SMALL_OPS = 60  # a step this small (and findings.SMALL_STEP GPU items) is listed by default
 TOP = 6
-
-
-def duration(us: float | None) -> str:
-    """A duration for a person: us below 10 ms (three decimals below 1 us, where floors of
-    tiny kernels live), ms below 10 s, else s. The one duration format of the project."""
-    if us is None:
-        return "-"
-    if abs(us) < 1:
-        return f"{us:.3f} us"
-    if abs(us) < 10_000:
-        return f"{us:.1f} us"
-    if abs(us) < 10_000_000:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us / 1e6:.2f} s"
-
-
-def cell(value: float | None) -> str:
-    """A number in a table whose column header carries the unit; "-" where there is none."""
-    return "-" if value is None else f"{value:.1f}"
 
 
 def _cut(name: str, width: int = NAME_WIDTH) -> str:

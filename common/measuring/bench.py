@@ -20,8 +20,8 @@ from common.cli import Run
 from common.measuring import ceilings, timing, traffic
 from common.measuring.traffic import Kernel
 from tracereader import load as trace_reader
-from tracereader import render
 from tracereader.kernel_names import CUDA_CORES, TENSOR_CORES, TF32
+from tracereader.units import duration as reader_duration
 
 MATCH = {
     "gemm": ("gemm",),
@@ -94,8 +94,8 @@ def kernel_times(trace: trace_reader.Trace, model: list[Kernel]) -> list[float] 
 
 
 def us(seconds: float) -> str:
-    """A duration given in seconds, in the reader's one format (tracereader.render.duration)."""
-    return render.duration(seconds * 1e6)
+    """A duration given in seconds, in the reader's one format (tracereader.units.duration)."""
+    return reader_duration(seconds * 1e6)
 
 
 def flop_count(n: float) -> str:

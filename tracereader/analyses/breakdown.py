@@ -154,7 +154,8 @@ def temporal(items: list[GpuItem]) -> dict:
     busy_us, compute_us, comm_items = swept["busy_us"], swept["compute_us"], swept["comm"]
     span = swept["end"] - items[0].ts
     non_compute = busy_us - compute_us
-    comm_us = intervals.length_in_order(comm_items)
+    # the sweep's running union of the collectives' group (it holds the collectives alone)
+    comm_us = swept["by_class_us"].get(kernel_names.GROUP_OF["collective"], 0.0)
     if comm_us:
         compute_items = [i for i in items if i.kind == "kernel" and not is_comm(i)]
         overlap = intervals.overlap(intervals.of(comm_items), intervals.of(compute_items))

@@ -1,0 +1,24 @@
+"""Numbers as the reader prints them: durations for a person, cells of a table. A module of its
+own, with no imports, so that what prints a number (ranks, the lessons' reports) does not load
+the renderers and the analyses behind them."""
+
+from __future__ import annotations
+
+
+def duration(us: float | None) -> str:
+    """A duration for a person: us below 10 ms (three decimals below 1 us, where floors of
+    tiny kernels live), ms below 10 s, else s. The one duration format of the project."""
+    if us is None:
+        return "-"
+    if abs(us) < 1:
+        return f"{us:.3f} us"
+    if abs(us) < 10_000:
+        return f"{us:.1f} us"
+    if abs(us) < 10_000_000:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us / 1e6:.2f} s"
+
+
+def cell(value: float | None) -> str:
+    """A number in a table whose column header carries the unit; "-" where there is none."""
+    return "-" if value is None else f"{value:.1f}"
