@@ -362,11 +362,11 @@ def choose_variants(
     not there; by default all, the GPU-only ones skipped with a note on a CPU, quack skipped
     with a note where it cannot run on this GPU (major: its compute capability)."""
     if on_gpu:
-        why = quack_gemm.unavailable(major, dtype)
-        if chosen and "quack" in chosen and why:
-            raise cli.UsageError(f"the quack variant cannot run here: {why}")
-        if chosen:
+        if chosen:  # QuACK (and the CuTe DSL behind it) imported only where asked for
+            if "quack" in chosen and (why := quack_gemm.unavailable(major, dtype)):
+                raise cli.UsageError(f"the quack variant cannot run here: {why}")
             return chosen
+        why = quack_gemm.unavailable(major, dtype)
         if why:
             print(f"note: the quack variant is skipped: {why}")
         return [v for v in VARIANTS if v != "quack" or not why]

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tracereader.commandline import one_line
+
 # Compute capabilities (major) whose gated GEMM ran for us: SM90 (H100, H200).
 MAJORS = (9,)
 TUNED = {"QuACK gemm_gated, tuned=False": False, "QuACK gemm_gated, tuned=True": True}
@@ -34,10 +36,9 @@ def unavailable(major: int | None, dtype: str = "bf16") -> str | None:
     try:
         from quack.gemm_interface import gemm_gated  # noqa: F401
     except Exception as err:  # ImportError, or the CuTe DSL's CUDA library missing
-        text = str(err).strip().splitlines()
         return (
-            f"quack.gemm_interface does not import ({type(err).__name__}: "
-            f"{text[0][:120] if text else ''}); install quack-kernels: uv sync --extra hopper"
+            f"quack.gemm_interface does not import ({one_line(err, 160)}); install "
+            "quack-kernels: uv sync --extra hopper"
         )
     return None
 

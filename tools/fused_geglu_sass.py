@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import fused_geglu  # noqa: E402
+from tracereader.commandline import one_line  # noqa: E402
 
 OPS = ("MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "UTMALDG", "UTMASTG", "STSM", "SETMAXNREG")
 KERNELS = {
@@ -106,10 +107,7 @@ def main() -> int:
             compiled = compile_sm90(cfg, args.dtype)
         except Exception as err:  # one configuration failing must not hide the others
             failed += 1
-            text = str(err).strip().splitlines()
-            print(
-                f"{cfg.describe():<78} FAILED {type(err).__name__}: {text[0][:100] if text else ''}"
-            )
+            print(f"{cfg.describe():<78} FAILED {one_line(err, 140)}")
             continue
         regs, counts = sass_counts(compiled.asm["cubin"])
         shared_kb = compiled.metadata.shared / 1024

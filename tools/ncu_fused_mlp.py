@@ -84,7 +84,7 @@ def main() -> int:
             err = check.relative_error(call(), ref)  # the first call compiles
         except Exception as error:  # one kernel failing must not hide the others
             failed += 1
-            print(f"FAILED {what}: {type(error).__name__}: {str(error).splitlines()[0][:160]}")
+            print(f"FAILED {what}: {cli.one_line(error, 200)}")
             continue
         ok = err <= check.TOLERANCE[dtype]
         failed += not ok

@@ -142,7 +142,7 @@ class Module:
     `<Class>_<n>`; n numbers a class's instances as the profiler first met them, so a name is
     the same module in every step. Nested by time on its thread, within its step."""
 
-    __slots__ = ("name", "ts", "dur", "depth", "parent", "step", "thread")
+    __slots__ = ("name", "ts", "dur", "depth", "parent", "step")
 
     def __init__(self, name: str, ts: float, dur: float):
         self.name = name
@@ -151,7 +151,6 @@ class Module:
         self.depth = 0  # 0 = no module open around it on its thread
         self.parent: Module | None = None
         self.step: Step | None = None
-        self.thread: tuple | None = None  # (pid, tid)
 
     @property
     def end(self) -> float:
@@ -333,10 +332,7 @@ def build(
     module_of_call: dict[RuntimeCall, Module | None] = {}
     for thread, thread_modules in (modules or {}).items():
         thread_calls = calls.get(thread, [])  # sorted by the sweep above
-        kept = _nest_modules(thread_modules, thread_calls, steps, step_of, module_of_call)
-        for m in kept:
-            m.thread = thread
-        kept_modules += kept
+        kept_modules += _nest_modules(thread_modules, thread_calls, steps, step_of, module_of_call)
     ops.clear()
     calls.clear()
 
