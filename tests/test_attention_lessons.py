@@ -18,7 +18,7 @@ import torch
 
 from common import cli, shapes
 from common import sdpa as sdpa_plumbing
-from common.measuring import bench, traffic
+from common.measuring import traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
 from tracereader import expectations, findings
 from tracereader.load import load as load_trace
@@ -399,19 +399,6 @@ def test_traffic_models_count_the_scores_round_trips():
     ]
     math = load_script("04_c_sdpa_attention").traffic_model(sizes, elt, "math")
     assert sum(k.flops for k in math) == gemm_flops and len(math) > 10
-
-
-@pytest.mark.parametrize("lesson", ["04_a_naive_attention", "04_b_inplace_ops_attention"])
-@pytest.mark.parametrize("mode", ["eager", "compile"])
-def test_traffic_models_line_up_kernel_for_kernel_with_real_h100_traces(lesson, mode):
-    """--bench times each modelled kernel from the trace; that needs the model's kernels, by
-    class and in order, to be the ones the H100 ran (compiled: the fused softmax)."""
-    sizes = shapes.attention_sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
-    model = load_script(lesson).traffic_model(sizes, 2, fused=mode == "compile")
-    trace = load_trace(Path(__file__).parent / f"fixtures/h100/{lesson}/{TAG_H100}_{mode}.json.gz")
-    times = bench.kernel_times(trace, model)
-    assert isinstance(times, list), times  # a string says why the comparison was skipped
-    assert len(times) == len(model) and all(t > 0 for t in times)
 
 
 def test_memory_estimate_orders_the_forwards_by_what_they_hold():

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from common import shapes
 from common.measuring import bench, ceilings, timing, traffic
 from tests.helpers import load_script, run_script
 from tracereader import load as trace_reader
@@ -31,6 +32,7 @@ def test_fusing_the_geglu_saves_the_posts_intermediate_twice():
     assert traffic.total(eager)[0] == traffic.total(fused)[0]  # the same GEMM FLOPs
 
 
+POST_ATTENTION = shapes.attention_sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
 MODELS = {  # lesson: (H100 fixture stem, the lesson's traffic model at that shape)
     "01_matmul_add": (
         "4096_bf16_warm",
@@ -41,6 +43,13 @@ MODELS = {  # lesson: (H100 fixture stem, the lesson's traffic model at that sha
         "b64_s128_d768_h3072_bf16",
         lambda m, mode: m.traffic_model(8192, 768, 3072, 2, fused=mode == "compile"),
     ),
+    **{  # compiled: the fused softmax
+        lesson: (
+            "b8_h16_s1024_d64_bf16",
+            lambda m, mode: m.traffic_model(POST_ATTENTION, 2, fused=mode == "compile"),
+        )
+        for lesson in ("04_a_naive_attention", "04_b_inplace_ops_attention")
+    },
 }
 
 
