@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     mode = "compile" if args.compile else "eager"
     seen = profiling.look(out, expectation(mode, group.backend, launch.world))
     stem = out.trace.parent / tag
-    print(ranks.text(ranks.read_run(stem, ranks.runs_at(stem)[stem])))
+    print(ranks.text(ranks.read_run(stem, torchrun.rank_files(out, tag, launch))))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         elt, tokens = x.element_size(), args.batch * args.seq

@@ -282,9 +282,7 @@ def main(argv=None) -> int:
     for phase, steps in training.phase_steps(seen.trace, PHASES).items():
         print(f"{phase}: {training.phase_line(steps)}")
     stem = out.trace.parent / tag
-    mine = f"_rank{launch.rank}"  # this run's own files: not an older run's of another format
-    files = {r: out.trace.with_name(out.trace.name.replace(mine, f"_rank{r}"))
-             for r in range(launch.world)}  # fmt: skip
+    files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once
     reading = ranks.read_run(
         stem, files, each=lambda trace: checked.append(check_rank(trace, expect, want))

@@ -161,6 +161,13 @@ def prepare(traces_dir: str, script: str, tag: str, launch: Launch, *, gzip: boo
     return out
 
 
+def rank_files(out: outputs.Outputs, tag: str, launch: Launch) -> dict[int, Path]:
+    """Every rank's trace of this run, named as prepare() named this rank's, format included
+    (.json or .json.gz): never an older run's file of the other format beside it."""
+    suffix = out.trace.name.removeprefix(f"{tag}_rank{launch.rank}")
+    return {r: out.trace.with_name(f"{tag}_rank{r}{suffix}") for r in range(launch.world)}
+
+
 def init_process_group(run: Run, launch: Launch, *, timeout_s: int) -> Group:
     """Join the ranks: NCCL on GPUs, gloo on CPUs; `timeout_s` bounds every collective."""
     global _agreeing
