@@ -19,6 +19,7 @@ from common import profiling
 from common.check import MismatchError
 from common.cli import Run, UsageError, one_line
 from common.outputs import Outputs
+from tracereader.model import ancestors
 
 # What SDPA's CPU op says about the backend that ran (auto's choice), by op-name prefix.
 DISPATCHED = {
@@ -206,25 +207,23 @@ def host_time(trace, annotation: str, top: int = 6) -> str:
     to the whole); the largest `top` as lines."""
     per_step: list[dict[str, float]] = []
     totals = []
+
+    def inside(op) -> bool:
+        return any(a.name == annotation for a in ancestors(op))
+
     for step in trace.steps:
         regions = [op for op in step.cpu_ops if op.name == annotation]
         if not regions:
             continue
-
-        def inside(op) -> bool:
-            while op is not None:
-                if op.name == annotation:
-                    return True
-                op = op.parent
-            return False
-
         spent: dict[str, float] = {}
-        calls = [c for c in step.runtime if c.launcher is not None and inside(c.launcher)]
-        for call in calls:
-            spent[call.name] = spent.get(call.name, 0.0) + call.dur
+        launched: dict[object, float] = {}  # op -> its own runtime calls' time
+        for call in step.runtime:
+            if call.launcher is not None and inside(call.launcher):
+                spent[call.name] = spent.get(call.name, 0.0) + call.dur
+                launched[call.launcher] = launched.get(call.launcher, 0.0) + call.dur
         for op in step.cpu_ops:
             if inside(op):
-                own = op.dur - op.inner - sum(c.dur for c in calls if c.launcher is op)
+                own = op.dur - op.inner - launched.get(op, 0.0)
                 # the region's own time: Python between the ops (an interface, a wrapper)
                 name = "(no op: Python in the region)" if op.name == annotation else op.name
                 spent[name] = spent.get(name, 0.0) + max(own, 0.0)

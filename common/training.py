@@ -19,7 +19,7 @@ import torch
 from common import cli
 from common.check import MismatchError
 from tracereader import intervals, ranks
-from tracereader.model import CpuOp, Step, Trace
+from tracereader.model import CpuOp, Step, Trace, ancestors
 from tracereader.units import duration
 
 # The model's shape flags, for every lesson that trains it (06, 07): flag, default, meaning.
@@ -194,10 +194,6 @@ def launched_under(steps: list[Step], prefix: str) -> int:
     """GPU work launched, per step at most, from inside an op whose name starts with prefix."""
 
     def under(op: CpuOp | None) -> bool:
-        while op is not None:
-            if op.name.startswith(prefix):
-                return True
-            op = op.parent
-        return False
+        return any(a.name.startswith(prefix) for a in ancestors(op))
 
     return max((sum(under(item.launcher) for item in s.gpu) for s in steps), default=0)
