@@ -64,9 +64,6 @@ RANK_FILE = re.compile(
     r"^(?P<stem>.*?)[_-]?rank[-_]?(?P<rank>\d+)(?:_trace)?(?:\.pt\.trace)?\.json(?P<gz>\.gz)?$"
 )
 TRACE_FILE = re.compile(r"\.json(\.gz)?$")
-COLLECTIVE_OP = re.compile(
-    r"^(c10d::|_c10d_functional::|c10d_functional::|record_param_comms$|nccl:|gloo:)"
-)
 
 
 class RunError(Exception):
@@ -205,15 +202,15 @@ def issued_collectives(ops) -> list[tuple[CpuOp, str]]:
     found = []
     for op in ops:
         # gloo:* ops are gloo's worker threads carrying out what a c10d op issued
-        if not COLLECTIVE_OP.match(op.name) or "wait" in op.name or op.name.startswith("gloo:"):
+        if not coll.ISSUING_OP.match(op.name) or "wait" in op.name or op.name.startswith("gloo:"):
             continue
-        if op.parent is None or not COLLECTIVE_OP.match(op.parent.name):
+        if op.parent is None or not coll.ISSUING_OP.match(op.parent.name):
             found.append((op, coll.kind_of(op.name)))
     return found
 
 
 def _cpu_step(step: Step, base: float, trace: Trace) -> RankStep:
-    ops = [op for op in step.cpu_ops if COLLECTIVE_OP.match(op.name)]
+    ops = [op for op in step.cpu_ops if coll.ISSUING_OP.match(op.name)]
     comm = intervals.length(intervals.union((op.ts, op.end) for op in ops))
     collectives = []
     for op, kind in issued_collectives(step.cpu_ops):

@@ -38,8 +38,11 @@ KINDS = (
 )
 
 
-# The CPU ops that issue a collective, whose names say which (nccl:_all_gather_base, ...)
-ISSUING_OP = ("nccl:", "gloo:", "c10d::", "_c10d_functional::", "c10d_functional::")
+# The CPU ops that issue a collective, whose names say which (nccl:_all_gather_base, ...),
+# and torch's record_param_comms, whose name does not
+ISSUING_OP = re.compile(
+    r"^(c10d::|_c10d_functional::|c10d_functional::|record_param_comms$|nccl:|gloo:)"
+)
 
 
 def kind(item: GpuItem) -> str:
@@ -50,7 +53,7 @@ def kind(item: GpuItem) -> str:
     if found:
         return kind_of(found)
     for op in ancestors(item.launcher):
-        if op.name.startswith(ISSUING_OP) and kind_of(op.name) != "other":
+        if ISSUING_OP.match(op.name) and kind_of(op.name) != "other":
             return kind_of(op.name)
     return kind_of(item.name)
 
