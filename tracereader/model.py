@@ -490,16 +490,16 @@ def _nest_modules(modules, calls, steps, step_of, module_of_call) -> list[Module
 
 
 def per_step(reading):
-    """Remember `reading(step)` (or `reading(trace)`) for as long as the step lives: the
-    summary and the findings both read every step's breakdown, and the model does not change
-    once built."""
+    """Remember `reading(step, *rest)` (or `reading(trace)`) for as long as the step lives,
+    keyed on the step alone (`rest`, where given, is the step's own trace): the summary and
+    the findings both read every step's breakdown, and the model does not change once built."""
     memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @functools.wraps(reading)
-    def remembered(step: Step):
+    def remembered(step: Step, *rest):
         found = memo.get(step)
         if found is None:
-            found = memo[step] = reading(step)
+            found = memo[step] = reading(step, *rest)
         return found
 
     return remembered

@@ -19,12 +19,11 @@ from __future__ import annotations
 import math
 import re
 import statistics
-import weakref
 
 from tracereader import intervals
 from tracereader.analyses import breakdown
 from tracereader.analyses.breakdown import is_comm
-from tracereader.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors
+from tracereader.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors, per_step
 
 # kind -> (pattern over torch's collective name or the kernel's name, bus factor of N)
 KINDS = (
@@ -143,19 +142,9 @@ def group_size(item: GpuItem, trace: Trace) -> int | None:
     return None
 
 
+@per_step  # the summary and the findings both read it
 def step(s: Step, trace: Trace) -> dict:
-    """Per step: communication time, overlap with compute, exposed, and each collective.
-    Remembered per step (the summary and the findings both read it)."""
-    found = _read.get(s)
-    if found is None:
-        found = _read[s] = _step(s, trace)
-    return found
-
-
-_read: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _step(s: Step, trace: Trace) -> dict:
+    """Per step: communication time, overlap with compute, exposed, and each collective."""
     comm = [i for i in s.gpu if is_comm(i)]
     if not comm:  # most steps of most traces: the breakdown has the compute time already
         compute_us = breakdown.step(s)["compute_us"]
