@@ -215,7 +215,8 @@ def main(argv=None) -> int:
     mode = "compile" if args.compile else "eager"
     seen = profiling.look(out, expectation(mode, group.backend, launch.world))
     stem = out.trace.parent / tag
-    print(ranks.text(ranks.read_run(stem, torchrun.rank_files(out, tag, launch))))
+    files = torchrun.rank_files(out, tag, launch)
+    print(ranks.text(ranks.read_run(stem, files, loaded={launch.rank: seen.trace})))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         elt, tokens = x.element_size(), args.batch * args.seq

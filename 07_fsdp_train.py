@@ -285,7 +285,10 @@ def main(argv=None) -> int:
     files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once
     reading = ranks.read_run(
-        stem, files, each=lambda trace: checked.append(check_rank(trace, expect, want))
+        stem,
+        files,
+        each=lambda trace: checked.append(check_rank(trace, expect, want)),
+        loaded={launch.rank: seen.trace},
     )
     for rank, (ok, text) in enumerate(checked):  # read_run goes through the ranks in order
         print(f"rank {rank}: collectives per step, expected vs seen\n{text}")

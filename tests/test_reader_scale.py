@@ -307,3 +307,14 @@ def test_a_training_step_reads_its_phases_and_the_optimizers_launches(capsys):
     phases = out[out.index("phases") :].splitlines()[1:4]
     assert sorted(line.split()[0] for line in phases) == ["backward", "forward", "optimizer"]
     assert "GPU work, in launch order" not in out and "--kernels" in out
+
+
+def test_a_run_read_with_a_rank_already_loaded_reads_the_same_and_skips_its_file(tmp_path):
+    """A lesson's rank 0 has read its own trace: read_run takes it instead of reading the file
+    again (here the file is gone), and the reading is the same."""
+    stem = Path(__file__).parent / "fixtures/h200x2/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager"
+    (found, files), *_ = ranks.runs_at(stem).items()
+    assert found == stem and sorted(files) == [0, 1]
+    rank0 = trace_reader.load(files[0])
+    moved = {0: tmp_path / "rank0_not_there.json.gz", 1: files[1]}
+    assert ranks.read_run(stem, moved, loaded={0: rank0}) == ranks.read_run(stem, files)
