@@ -40,6 +40,21 @@ model on the same data (all ranks' batches together).
     uv run torchrun --nproc-per-node 1 07_fsdp_train.py --batch 4 --seq 2048 --dim 2048 \\
         --hidden 5632 --heads 16 --layers 8 --vocab 32000 --bench   (the GPU shape: Llama-like)
     uv run explain traces/07_fsdp_train/<tag>      # every rank side by side
+
+DDP beside it (--ddp): most multi-GPU training still replicates instead of sharding. Every rank
+holds the whole model in fp32 (the forward under bf16 autocast, --dtype bf16), and DDP's
+autograd hooks all-reduce the fp32 gradients in buckets of --bucket-cap-mb (25 MiB, DDP's
+default; the first bucket 1 MiB), filled in the order the backward produces gradients (the
+reverse of the parameters' order). Guess first, per rank and recorded step:
+  forward    no collective (the weights are already everywhere);
+  backward   one all-reduce per bucket, issued as soon as its last gradient is ready: on a GPU
+             on NCCL's stream while the backward's GEMMs run on theirs;
+  optimizer  no collective: every rank takes the same step on the same averaged gradients.
+  It moves 2(N-1)/N x the fp32 gradients' bytes per step, against FSDP's 3(N-1)/N x the
+  parameters' (two bf16 all-gathers and one fp32 reduce-scatter): the price of sharding is
+  time, the prize memory (no rank holds the whole of the optimizer's state).
+
+    uv run torchrun --nproc-per-node 2 07_fsdp_train.py --device cpu --ddp --bucket-cap-mb 0.25
 """
 
 import argparse
@@ -51,6 +66,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import profile, record_function, schedule
 
 from common import cli, outputs, profiling, torchrun, training
@@ -66,6 +82,8 @@ PHASES = (ANNOTATION, "backward", "optimizer")
 LR = 1e-3  # AdamW's default
 BOOL = argparse.BooleanOptionalAction  # --flag / --no-flag
 BENCH_STEPS = 5  # --bench: the same count on every rank, or the collectives would not pair up
+DDP_CAP_MB = 25  # DDP's default bucket, in MiB
+FIRST_BUCKET_MB = 1  # DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES): started sooner
 
 
 def shard(model: TinyLM, mesh, *, param_dtype, reshard: bool, prefetch: bool) -> TinyLM:
@@ -83,8 +101,16 @@ def shard(model: TinyLM, mesh, *, param_dtype, reshard: bool, prefetch: bool) ->
     return model
 
 
-def train_step(model, optimizer, tokens, targets) -> torch.Tensor:
-    with record_function(ANNOTATION):
+def replicate(model: TinyLM, run, *, bucket_cap_mb: float) -> DDP:
+    """DDP instead: the whole model on every rank, gradients all-reduced in buckets."""
+    ids = [run.device.index] if run.device.type == "cuda" else None
+    return DDP(model, device_ids=ids, bucket_cap_mb=bucket_cap_mb)
+
+
+def train_step(model, optimizer, tokens, targets, *, autocast=None) -> torch.Tensor:
+    """One step; `autocast` (a dtype) runs the forward under torch.autocast (--ddp's bf16)."""
+    cast = torch.autocast(tokens.device.type, dtype=autocast, enabled=autocast is not None)
+    with record_function(ANNOTATION), cast:
         loss = model(tokens, targets)
     with record_function("backward"):
         loss.backward()
@@ -104,6 +130,29 @@ def traffic_model(model: TinyLM, *, world: int, reshard: bool, param_dtype) -> d
     gathers = (2 if reshard else 1) * params * (param_dtype or torch.float32).itemsize
     reduces = params * torch.float32.itemsize
     return {"all-gather": round(share * gathers), "reduce-scatter": round(share * reduces)}
+
+
+def ddp_buckets(sizes: list[int], *, cap_bytes: int, first_bytes: int) -> int:
+    """How many buckets DDP fills: gradients in the order the backward produces them (the
+    reverse of the parameters'), a bucket closed once it holds its limit or more (the first
+    bucket's limit is the small one); a tensor larger than the limit is a bucket of its own."""
+    count, held, limit = 0, 0, min(first_bytes, cap_bytes)
+    for size in reversed(sizes):
+        held += size
+        if held >= limit:
+            count, held, limit = count + 1, 0, cap_bytes
+    return count + (held > 0)
+
+
+def ddp_expectation(buckets: int, *, world: int) -> tuple[Expect, dict[str, Counter]]:
+    """DDP: one all-reduce per bucket in the backward, none elsewhere; none at one rank."""
+    issue = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "FSDP::*"
+    reduces = buckets if world > 1 else 0
+    per_phase = {"forward": Counter(), "backward": Counter({"all-reduce": reduces}),
+                 "optimizer": Counter()}  # fmt: skip
+    why = f"DDP: {reduces} bucketed all-reduce(s) of the gradients per step"
+    every = Expect(gpu={"collective": reduces}, cpu_present=PHASES, cpu_absent=issue, why=why)
+    return every, per_phase
 
 
 # Guess first, per rank and recorded step: what every step holds, and the collectives each
@@ -175,14 +224,37 @@ def parse(argv):
                         help="explicit prefetching: each block gathers the next one's weights "
                         "(forward) and the previous one's (backward) (default: off, FSDP2's "
                         "implicit order)")  # fmt: skip
+    parser.add_argument("--ddp", action="store_true",
+                        help="DistributedDataParallel instead of FSDP2: the whole model on "
+                        "every rank, gradients all-reduced in buckets (docstring)")  # fmt: skip
+    parser.add_argument("--bucket-cap-mb", type=bucket_mb, default=None,
+                        help="with --ddp: DDP's bucket size in MiB (default: 25, DDP's own; the "
+                        "first bucket 1 MiB); the all-reduces per step follow from it")  # fmt: skip
     torchrun.add_flags(parser)
     args = parser.parse_args(argv)
+    if args.ddp and (args.prefetch or not args.reshard_after_forward):
+        raise cli.UsageError("--prefetch and --no-reshard-after-forward are FSDP's: DDP "
+                             "gathers nothing (every rank holds every weight)")  # fmt: skip
+    if args.bucket_cap_mb is not None and not args.ddp:
+        raise cli.UsageError("--bucket-cap-mb is DDP's: add --ddp (FSDP2 issues one "
+                             "collective per group, not per bucket)")  # fmt: skip
     if args.dtype == "fp16":
         raise cli.UsageError("07_fsdp_train.py takes --dtype bf16 or fp32 (its parameters' "
                              "dtype in compute; fp16 would need a gradient scaler)")  # fmt: skip
     if args.dim % args.heads:
         raise cli.UsageError(f"--heads {args.heads} does not divide --dim {args.dim}")
     return args
+
+
+def bucket_mb(text: str) -> float:
+    """--bucket-cap-mb: a size in MiB, more than 0 and at most 1 TiB."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size in MiB, got {text!r}") from None
+    if not 0 < value <= 2**20:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 1048576, got {text}")
+    return value
 
 
 def bytes_needed(args, world: int) -> int:
@@ -195,22 +267,28 @@ def bytes_needed(args, world: int) -> int:
     params = sum(p.numel() for p in model.parameters())
     t = args.batch * args.seq
     acts = (args.layers * (7 * t * args.dim + 4 * t * args.hidden) + 3 * t * args.vocab) * 4
-    return int(params * 4 * (2 + 4 + 4 / world) + acts * (world + 1))
+    shards = 1 if args.ddp else world  # DDP: every rank holds all of it
+    return int(params * 4 * (2 + 4 + 4 / shards) + acts * (world + 1))
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     launch = torchrun.launched(f"{SCRIPT}.py", argv)  # rank and world size, from torchrun
     for flag in ("dim", "hidden", "vocab"):  # uneven rows are padded: the gathers move padding
-        if getattr(args, flag) % launch.world:
+        if not args.ddp and getattr(args, flag) % launch.world:
             raise cli.UsageError(
                 f"--{flag} {getattr(args, flag)} does not shard over {launch.world} ranks: FSDP2 "
                 f"cuts every weight by rows (dim 0); choose a multiple of {launch.world}"
             )
     run = torchrun.resolve(args, launch)  # this rank's GPU (LOCAL_RANK), or the CPU
     shape = f"b{args.batch}_s{args.seq}_d{args.dim}_h{args.hidden}_n{args.heads}_l{args.layers}"
-    flags = ("" if args.reshard_after_forward else "_keep") + ("_prefetch" if args.prefetch else "")
-    tag = outputs.run_tag(shape, args, run, extra=f"fsdp{launch.world}{flags}")
+    if args.ddp:
+        cap = "" if args.bucket_cap_mb is None else f"_bucket{args.bucket_cap_mb:g}mb"
+        extra = f"ddp{launch.world}{cap}"
+    else:
+        flags = "" if args.reshard_after_forward else "_keep"
+        extra = f"fsdp{launch.world}{flags}" + ("_prefetch" if args.prefetch else "")
+    tag = outputs.run_tag(shape, args, run, extra=extra)
     out = torchrun.prepare(args.traces_dir, SCRIPT, tag, launch, gzip=args.gzip)
     group = torchrun.init_process_group(run, launch, timeout_s=args.timeout)
     cli.ensure_fits(bytes_needed(args, launch.world), run)
@@ -222,25 +300,33 @@ def main(argv=None) -> int:
     mine = slice(launch.rank * args.batch, (launch.rank + 1) * args.batch)
     tokens, targets = data[0, mine], data[1, mine]
     fp32_model = copy.deepcopy(model) if launch.rank == 0 else None  # the reference's start
-    if args.compile:  # per block, before sharding: FSDP's hooks stay outside the graphs
+    if args.compile:  # per block, before wrapping: FSDP's and DDP's hooks stay outside
         for block in model.blocks:
             block.compile()
-    mesh = init_device_mesh(run.device.type, (launch.world,))
     param_dtype = None if run.dtype == torch.float32 else run.dtype
-    shard(model, mesh, param_dtype=param_dtype, reshard=args.reshard_after_forward,
-          prefetch=args.prefetch)  # fmt: skip
+    amp = None  # FSDP2 computes in bf16 parameters; DDP keeps fp32 ones under autocast
+    if args.ddp:
+        sizes = [p.numel() * p.element_size() for p in model.parameters()]
+        model, amp = replicate(model, run, bucket_cap_mb=args.bucket_cap_mb), param_dtype
+    else:
+        mesh = init_device_mesh(run.device.type, (launch.world,))
+        shard(model, mesh, param_dtype=param_dtype, reshard=args.reshard_after_forward,
+              prefetch=args.prefetch)  # fmt: skip
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)  # over this rank's shards
 
     def step():
-        return train_step(model, optimizer, tokens, targets)
+        return train_step(model, optimizer, tokens, targets, autocast=amp)
 
     loss = profiling.warm_up(step, run, calls=1, compiling=args.compile)
     dist.all_reduce(loss, op=dist.ReduceOp.SUM)  # gloo has no AVG: the sum, then / N
-    after = {n: p.full_tensor() for n, p in model.named_parameters()}  # every rank gathers
+    if args.ddp:  # every rank holds the whole model already
+        after = {n: p.detach() for n, p in model.module.named_parameters()}
+    else:
+        after = {n: p.full_tensor() for n, p in model.named_parameters()}  # every rank gathers
     if launch.rank == 0:
         before = {n: p.detach() for n, p in fp32_model.named_parameters()}
         ref_loss, ref_after = reference(fp32_model, data[0], data[1], lr=LR)
-        precision = "fp32" if param_dtype is None else "fsdp-bf16"
+        precision = "fp32" if param_dtype is None else ("autocast" if args.ddp else "fsdp-bf16")
         training.against_reference_step(float(loss) / launch.world, ref_loss, before, after,
                                         ref_after, lr=LR, precision=precision)  # fmt: skip
         del before, ref_after
@@ -273,8 +359,14 @@ def main(argv=None) -> int:
         return 0
 
     profiling.show(table, out, run)
-    expect, want = EXPECT(args.layers, reshard=args.reshard_after_forward, world=group.world)
-    if group.world == 1:
+    if args.ddp:
+        cap = DDP_CAP_MB if args.bucket_cap_mb is None else args.bucket_cap_mb
+        first = FIRST_BUCKET_MB if args.bucket_cap_mb is None else cap
+        buckets = ddp_buckets(sizes, cap_bytes=int(cap * 2**20), first_bytes=int(first * 2**20))
+        expect, want = ddp_expectation(buckets, world=group.world)
+    else:
+        expect, want = EXPECT(args.layers, reshard=args.reshard_after_forward, world=group.world)
+    if group.world == 1 and not args.ddp:
         print("one rank: FSDP2 skips its all-gathers and reduce-scatters (nothing to gather or "
               "reduce); this run is the compute baseline for N > 1")  # fmt: skip
     seen = profiling.look(out, expect)
@@ -297,13 +389,24 @@ def main(argv=None) -> int:
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         print(f"bench (profiler detached, rank 0): one step {measured.us()}")
-        moved = traffic_model(model, world=group.world, reshard=args.reshard_after_forward,
-                              param_dtype=param_dtype)  # fmt: skip
+        if args.ddp:  # a ring all-reduce moves 2(N-1)/N of the fp32 gradients
+            moved = {"all-reduce": round(2 * (group.world - 1) / group.world * sum(sizes))}
+        else:
+            moved = traffic_model(model, world=group.world, reshard=args.reshard_after_forward,
+                                  param_dtype=param_dtype)  # fmt: skip
         if sum(moved.values()):
             print(f"  each rank's collectives move {ranks.bytes_text(sum(moved.values()))} per "
                   f"step ({', '.join(f'{k} {ranks.bytes_text(b)}' for k, b in moved.items())}):"
                   f" hidden only with {sum(moved.values()) / measured.median_s / 1e9:.3g} GB/s "
                   "of bus bandwidth or more, overlapped with the compute")  # fmt: skip
+        per_rank = [r for r in reading["per_rank"] if r["comm_us"] is not None]
+        comm, exposed = (sum(r[k] for r in per_rank) / max(len(per_rank), 1)
+                         for k in ("comm_us", "exposed_us"))  # fmt: skip
+        # one machine-readable line for tools/predict_scaling.py
+        print(
+            f"train-scaling: ranks={group.world} step_us={measured.median_s * 1e6:.1f} "
+            f"comm_us={comm:.1f} exposed_us={exposed:.1f} moved_bytes={sum(moved.values())}"
+        )
     return profiling.finish(args, out, as_expected)
 
 

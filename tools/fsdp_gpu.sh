@@ -7,9 +7,12 @@
 #   bash tools/fsdp_gpu.sh OUT_DIR 2          # N=2 (likewise 4, 8)      (PYTHON=python3 without uv)
 #   bash tools/fsdp_gpu.sh OUT_DIR 2 comm     # the same weights, 16x fewer tokens per rank:
 #                                             # compute no longer hides the all-gathers
-# The traces are packed into OUT_DIR/traces.tgz (rank folders for tools/hta_compare.py).
+#   bash tools/fsdp_gpu.sh OUT_DIR 2 gpu ddp  # DDP instead (--ddp): eager, compiled, and with
+#                                             # 100 MiB buckets (fewer, larger all-reduces)
+# The traces are packed into OUT_DIR/traces_n<N>_<shape>_<fsdp|ddp>.tgz (rank folders for
+# tools/hta_compare.py).
 set -u
-out=${1:?usage: tools/fsdp_gpu.sh OUT_DIR [RANKS] [gpu|comm]}
+out=${1:?usage: tools/fsdp_gpu.sh OUT_DIR [RANKS] [gpu|comm] [fsdp|ddp]}
 n=${2:-1}
 py=${PYTHON:-uv run python}
 case ${3:-gpu} in
@@ -22,7 +25,9 @@ mkdir -p "$out"
 $py -c "import torch; print(torch.cuda.get_device_name(), torch.cuda.device_count(), 'GPUs', torch.__version__, torch.version.cuda)" > "$out/versions.txt" 2>&1
 date -u +%Y-%m-%dT%H:%MZ >> "$out/versions.txt"
 cases=("eager:" "compile:--compile")
-if [ "$n" -gt 1 ]; then
+if [ "${4:-fsdp}" = ddp ]; then
+    cases=("ddp_eager:--ddp" "ddp_compile:--ddp --compile" "ddp_bucket100:--ddp --bucket-cap-mb 100")
+elif [ "$n" -gt 1 ]; then
     cases+=("keep:--no-reshard-after-forward" "prefetch:--prefetch"
             "keep_prefetch:--no-reshard-after-forward --prefetch")
 fi
@@ -36,8 +41,8 @@ for case in "${cases[@]}"; do
     rc=$?
     [ $rc -ne 0 ] && failed=1
     echo "=== N=$n $name: exit $rc"
-    grep -E "correctness|^(forward|backward|optimizer):|MISMATCH|^rank [0-9]+:|per step|^ +[0-9]+ +[0-9.]+|skew|all-gather:|reduce-scatter:|bench|memory|error" "$log"
+    grep -E "correctness|^(forward|backward|optimizer):|MISMATCH|^rank [0-9]+:|per step|^ +[0-9]+ +[0-9.]+|skew|all-gather:|reduce-scatter:|all-reduce:|bench|memory|error|train-scaling" "$log"
 done
 cat "$out/versions.txt"
-[ -d "$out/traces" ] && tar czf "$out/traces.tgz" -C "$out" traces && rm -rf "$out/traces"
+[ -d "$out/traces" ] && tar czf "$out/traces_n${n}_${3:-gpu}_${4:-fsdp}.tgz" -C "$out" traces && rm -rf "$out/traces"
 exit $failed
