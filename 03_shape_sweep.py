@@ -68,7 +68,7 @@ from torch.profiler import profile
 from common import check, cli, outputs, profiling, quack_gemm
 from common.measuring import sweep_report, timing
 from models import GeGLUMLP, geglu_reference
-from tracereader.kernel_names import classify
+from tracereader.names.kernel_names import classify
 
 SCRIPT = "03_shape_sweep"
 VARIANTS = (

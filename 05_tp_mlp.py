@@ -45,8 +45,8 @@ from common import check, cli, outputs, profiling, shapes, torchrun
 from common.measuring import bench_ranks, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
-from tracereader import ranks
-from tracereader.expectations import Expect
+from tracereader.analyses import ranks
+from tracereader.judge.expectations import Expect
 
 SCRIPT = "05_tp_mlp"
 ANNOTATION = "tp_mlp_fwd"

@@ -54,8 +54,8 @@ from common import cli, memory, outputs, profiling, training
 from common.measuring import timing, traffic
 from common.training import reference_step as reference
 from models import TinyLM
-from tracereader import expectations
-from tracereader.expectations import Expect
+from tracereader.judge import expectations
+from tracereader.judge.expectations import Expect
 
 SCRIPT = "06_train_step"
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES

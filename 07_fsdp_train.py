@@ -57,8 +57,9 @@ from common import cli, outputs, profiling, torchrun, training
 from common.measuring import bench_ranks
 from common.training import reference_step as reference
 from models import TinyLM
-from tracereader import expectations, ranks
-from tracereader.expectations import Expect
+from tracereader.analyses import ranks
+from tracereader.judge import expectations
+from tracereader.judge.expectations import Expect
 
 SCRIPT = "07_fsdp_train"
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES

@@ -20,9 +20,9 @@ from torch.profiler import ProfilerActivity
 
 from common.cli import Run, command_hint, compile_in_process
 from common.outputs import Outputs
-from tracereader import expectations, findings
-from tracereader import load as trace_reader
-from tracereader.expectations import Expect
+from tracereader.judge import expectations, findings
+from tracereader.judge.expectations import Expect
+from tracereader.read import load as trace_reader
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 

@@ -19,7 +19,7 @@ from common import profiling
 from common.check import MismatchError
 from common.cli import Run, UsageError, one_line
 from common.outputs import Outputs
-from tracereader.model import ancestors
+from tracereader.read.model import ancestors
 
 # What SDPA's CPU op says about the backend that ran (auto's choice), by op-name prefix.
 DISPATCHED = {

@@ -18,8 +18,9 @@ import torch
 
 from common import cli
 from common.check import MismatchError
-from tracereader import intervals, ranks
-from tracereader.model import CpuOp, Step, Trace, ancestors
+from tracereader.analyses import ranks
+from tracereader.read import intervals
+from tracereader.read.model import CpuOp, Step, Trace, ancestors
 from tracereader.units import duration
 
 # The model's shape flags, for every lesson that trains it (06, 07): flag, default, meaning.

@@ -20,8 +20,8 @@ from common import cli, shapes
 from common import sdpa as sdpa_plumbing
 from common.measuring import traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
-from tracereader import expectations, findings
-from tracereader.load import load as load_trace
+from tracereader.judge import expectations, findings
+from tracereader.read.load import load as load_trace
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]
 TAG = "b1_h2_s16_d8_bf16"

@@ -15,8 +15,8 @@ import pytest
 from common import shapes
 from common.measuring import bench, ceilings, timing, traffic
 from tests.helpers import load_script, run_script
-from tracereader import load as trace_reader
-from tracereader.kernel_names import TENSOR_CORES
+from tracereader.names.kernel_names import TENSOR_CORES
+from tracereader.read import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100_FIXTURES = Path(__file__).parent / "fixtures" / "h100"

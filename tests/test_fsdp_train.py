@@ -35,8 +35,8 @@ from tests.helpers import (
     torchrun_in_process,
 )
 from tests.test_tp_mlp import check
-from tracereader import load as trace_reader
-from tracereader import ranks
+from tracereader.analyses import ranks
+from tracereader.read import load as trace_reader
 
 SCRIPT = "07_fsdp_train.py"
 LAYERS = 2

@@ -17,9 +17,10 @@ import fused_geglu
 from common.measuring import bench, traffic
 from models import GeGLUMLP
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
-from tracereader import compare, expectations, findings
-from tracereader import load as trace_reader
-from tracereader.kernel_names import classify
+from tracereader.commands import compare
+from tracereader.judge import expectations, findings
+from tracereader.names.kernel_names import classify
+from tracereader.read import load as trace_reader
 
 SCRIPT = "03_fused_mlp"
 OP = fused_geglu.OP

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import EXTERNAL_TRACES
-from tracereader import explain
+from tracereader.commands import explain
 
 ROOT = Path(__file__).resolve().parent.parent
 TP2 = ROOT / "tests/fixtures/h200x2/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager"

@@ -18,7 +18,7 @@ from functools import cache
 import pytest
 
 from tests.helpers import EXTERNAL_TRACES, ROOT, read_trace
-from tracereader.kernel_names import (
+from tracereader.names.kernel_names import (
     CLASSES,
     CUDA_CORES,
     FP8,
@@ -455,7 +455,7 @@ def test_every_class_lands_in_one_summary_group():
 def test_inductor_names_decode_without_importing_torch():
     code = (
         "import sys\n"
-        "from tracereader.kernel_names import classify\n"
+        "from tracereader.names.kernel_names import classify\n"
         "k = classify('triton_per_fused__softmax_exp_masked_fill_mul_prepare_softmax_online_"
         "sub_view_0')\n"
         "print(k.facts['fused_ops'], 'torch' in sys.modules)\n"
@@ -469,7 +469,7 @@ def test_inductor_names_decode_without_importing_torch():
 
 @pytest.mark.slow
 def test_op_names_are_the_installed_torchs():
-    """tracereader/op_names.py is torch's list as tools/op_names.py writes it (in a fresh
+    """tracereader/names/op_names.py is torch's list as tools/op_names.py writes it (in a fresh
     interpreter: imports register higher-order ops); rerun the tool when torch adds ops."""
     check = subprocess.run(
         [sys.executable, str(ROOT / "tools/op_names.py"), "--check"],

@@ -16,9 +16,11 @@ import pytest
 from common import shapes
 from common.measuring import bench
 from tests.helpers import load_script
-from tracereader import expectations, explain, findings, footprint
-from tracereader import load as trace_reader
-from tracereader.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
+from tracereader.commands import explain
+from tracereader.judge import expectations, findings
+from tracereader.names import footprint
+from tracereader.names.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
+from tracereader.read import load as trace_reader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100 = FIXTURES / "h100"

@@ -13,9 +13,11 @@ from types import SimpleNamespace
 import pytest
 
 from tests.helpers import EXTERNAL_TRACES
-from tracereader import explain, findings, intervals, ranks
-from tracereader import load as trace_reader
-from tracereader.analyses import breakdown, collectives
+from tracereader.analyses import breakdown, collectives, ranks
+from tracereader.commands import explain
+from tracereader.judge import findings
+from tracereader.read import intervals
+from tracereader.read import load as trace_reader
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTERNAL = EXTERNAL_TRACES

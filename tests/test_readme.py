@@ -53,7 +53,7 @@ def to_argv(command: str) -> list[str] | None:
     elif rest[0] == "torchrun":  # the console script of torch.distributed.run
         rest = ["-m", "torch.distributed.run", *rest[1:]]
     elif rest[0] in ("explain", "compare"):  # the project's console commands
-        rest = ["-m", f"tracereader.{rest[0]}", *rest[1:]]
+        rest = ["-m", f"tracereader.commands.{rest[0]}", *rest[1:]]
     rest = [str(ROOT / w) if w.endswith(".py") and not w.startswith("-") else w for w in rest]
     return [sys.executable, *rest]
 

@@ -33,8 +33,10 @@ from tests.helpers import (
     steps,
     torchrun_in_process,
 )
-from tracereader import compare, expectations, explain, ranks
-from tracereader import load as trace_reader
+from tracereader.analyses import ranks
+from tracereader.commands import compare, explain
+from tracereader.judge import expectations
+from tracereader.read import load as trace_reader
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
 RANKS = {"eager": 4, "compile": 2}  # N > 2 eager, N = 2 compiled: every launch costs

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import load_script, run_script
-from tracereader import compare, expectations, explain, findings
-from tracereader import load as trace_reader
-from tracereader.kernel_names import classify, decode_fused_ops, labels
+from tracereader.commands import compare, explain
+from tracereader.judge import expectations, findings
+from tracereader.names.kernel_names import classify, decode_fused_ops, labels
+from tracereader.read import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100 = Path(__file__).parent / "fixtures" / "h100"

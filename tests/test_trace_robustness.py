@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tracereader import compare, explain, findings
-from tracereader import load as trace_reader
-from tracereader.model import UNNAMED_GPU, WINDOW
+from tracereader.commands import compare, explain
+from tracereader.judge import findings
+from tracereader.read import load as trace_reader
+from tracereader.read.model import UNNAMED_GPU, WINDOW
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 LINEAR = H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz"

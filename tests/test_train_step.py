@@ -8,9 +8,9 @@ import torch
 
 from common import check, training
 from tests.helpers import ROOT, load_script, run_script
-from tracereader import expectations
-from tracereader import load as trace_reader
 from tracereader.analyses.phases import step as phases_of
+from tracereader.judge import expectations
+from tracereader.read import load as trace_reader
 
 TINY = ["--batch", "1", "--seq", "8", "--dim", "16", "--hidden", "32", "--heads", "2"]
 TINY += ["--layers", "1", "--vocab", "32", "--wait", "0", "--warmup-steps", "0", "--active", "1"]

@@ -17,10 +17,11 @@ Per trace (per rank) three sources side by side:
           python tools/_hta_side.py): get_temporal_breakdown, get_comm_comp_overlap,
           get_idle_time_breakdown, with the last ProfilerStep included (HTA drops it by
           default; --hta-default-steps keeps HTA's default).
-  reader  `python -m tracereader.explain PATH --json` (schema_version 2) of this checkout: its
-          `window` (the whole trace) and, where it reads steps, its `steps_window` (the work
-          the steps launched), each against the raw union in the same scope; the steps'
-          scope is the one set against HTA, which filters a trace with steps the same way.
+  reader  `python -m tracereader.commands.explain PATH --json` (schema_version 2) of this
+          checkout: its `window` (the whole trace) and, where it reads steps, its
+          `steps_window` (the work the steps launched), each against the raw union in the same
+          scope; the steps' scope is the one set against HTA, which filters a trace with steps
+          the same way.
 
 Targets, marked per row: the reader's GPU busy within 0.5% of the raw union; its idle / compute /
 non-compute within 1 point and its comm/compute overlap within 2 points of HTA's. HTA's own
@@ -269,7 +270,7 @@ def check_reader(data) -> str | None:
 
 
 def run_reader(job: Job, repo: Path) -> None:
-    argv = [sys.executable, "-m", "tracereader.explain", job.arg, "--json"]
+    argv = [sys.executable, "-m", "tracereader.commands.explain", job.arg, "--json"]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=repo)
     if proc.returncode != 0:
         line = (proc.stderr.strip().splitlines() or ["no message"])[-1]

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tracereader.kernel_names import (  # noqa: E402
+from tracereader.names.kernel_names import (  # noqa: E402
     CUDA_CORES,
     TENSOR_CORES,
     TF32,

@@ -1,6 +1,6 @@
-"""Write tracereader/op_names.py: the torch op names the trace reader needs to split Inductor's
-kernel names (triton_poi_fused__unsafe_view_gelu_mul_0 -> _unsafe_view, gelu, mul) without
-importing torch (a 4 s, 650 MB import for a 2 KB trace).
+"""Write tracereader/names/op_names.py: the torch op names the trace reader needs to split
+Inductor's kernel names (triton_poi_fused__unsafe_view_gelu_mul_0 -> _unsafe_view, gelu, mul)
+without importing torch (a 4 s, 650 MB import for a 2 KB trace).
 
 Inductor names a kernel after the overload packets of the ops it fused: aten's, prims', its
 own inductor_prims (prepare_softmax_online) and higher-order ops (flex_attention). Only the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-TARGET = ROOT / "tracereader" / "op_names.py"
+TARGET = ROOT / "tracereader" / "names" / "op_names.py"
 NAMESPACES = ("aten", "prims", "inductor_prims")
 
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = op_names()
     if args.check:
-        from tracereader.op_names import NAMES
+        from tracereader.names.op_names import NAMES
 
         written = set(NAMES.split())
         missing, extra = sorted(names - written), sorted(written - names)

@@ -16,9 +16,9 @@ rc=$?
 for trace in "$out"/*_modules*.json.gz; do
     [ -e "$trace" ] || continue
     stem=${trace%.json.gz}
-    $py -m tracereader.explain "$trace" > "$stem.txt"
-    $py -m tracereader.explain "$trace" --modules > "$stem.modules.txt"
-    $py -m tracereader.explain "$trace" --json > "$stem.reading.json"
+    $py -m tracereader.commands.explain "$trace" > "$stem.txt"
+    $py -m tracereader.commands.explain "$trace" --modules > "$stem.modules.txt"
+    $py -m tracereader.commands.explain "$trace" --json > "$stem.reading.json"
     $py - "$stem.reading.json" "$trace" <<'EOF'
 import json, os, sys
 summary = json.load(open(sys.argv[1]))["traces"][0]["summary"]

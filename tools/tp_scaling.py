@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tracereader import ranks  # noqa: E402  (torch-free)
+from tracereader.analyses import ranks  # noqa: E402  (torch-free)
 from tracereader.commandline import Parser  # noqa: E402
 
 SHAPES = {

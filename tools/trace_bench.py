@@ -205,8 +205,9 @@ def _child(argv: list[str], cwd: Path) -> tuple[float, float, int, bytes]:
 READ_BACK = """
 import importlib.util, json, sys, time
 from pathlib import Path
-from tracereader import expectations, findings
-from tracereader import load as trace_reader
+from tracereader.judge import expectations
+from tracereader.judge import findings
+from tracereader.read import load as trace_reader
 spec = importlib.util.spec_from_file_location("lesson", Path({script!r}))
 lesson = importlib.util.module_from_spec(spec); sys.modules["lesson"] = lesson
 spec.loader.exec_module(lesson)
@@ -239,7 +240,7 @@ def explain(trace: Path, repo: Path, extra: list[str], repeat: int = 1) -> float
     """Time `explain` in a child (the median of `repeat` runs); its wall time, None when it
     failed."""
     size = trace.stat().st_size / 1e6
-    argv = [sys.executable, "-m", "tracereader.explain", str(trace), *extra]
+    argv = [sys.executable, "-m", "tracereader.commands.explain", str(trace), *extra]
     runs = [_child(argv, repo) for _ in range(repeat)]
     walls = sorted(r[0] for r in runs)
     wall, rss = walls[len(walls) // 2], max(r[1] for r in runs)
@@ -256,7 +257,7 @@ def explain(trace: Path, repo: Path, extra: list[str], repeat: int = 1) -> float
 
 
 HTA_SPEC = "holistictraceanalysis==0.5.0"
-LOAD_ONLY = "import sys; from tracereader.load import load; load(sys.argv[1])"
+LOAD_ONLY = "import sys; from tracereader.read.load import load; load(sys.argv[1])"
 
 
 def load_alone(trace: Path, repo: Path, explain_s: float | None, repeat: int = 1) -> None:

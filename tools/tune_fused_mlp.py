@@ -53,7 +53,7 @@ import fused_geglu  # noqa: E402
 from common import check, cli, quack_gemm  # noqa: E402
 from common.measuring import timing  # noqa: E402
 from models import GeGLUMLP, geglu_reference  # noqa: E402
-from tracereader import devices  # noqa: E402
+from tracereader.names import devices  # noqa: E402
 
 Config = fused_geglu.Config
 

@@ -10,7 +10,7 @@ the host's dispatch apart. The slowest rank sets the pace of all: it is the numb
 
 The link: an all-reduce of a 256 MiB buffer, timed the same way, as bus bandwidth
 (2(N-1)/N x bytes / time, nccl-tests' busbw), measured once per kind of GPU, backend and rank
-count and cached beside the ceilings' cache (`tracereader.ranks.cache_path()`;
+count and cached beside the ceilings' cache (`tracereader.analyses.ranks.cache_path()`;
 --fresh-ceilings measures again). The multi-rank reading compares each traced all-reduce with it.
 """
 
@@ -26,7 +26,7 @@ import torch.distributed as dist
 from common.cli import Run
 from common.measuring import bench, ceilings, timing, traffic
 from common.torchrun import Group
-from tracereader import ranks
+from tracereader.analyses import ranks
 
 LINK_BYTES = 1 << 28  # 256 MiB: past the size where an all-reduce's time is latency, not bandwidth
 # timed calls per rank (on a GPU queued between two CUDA events), and on a GPU how many times

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 
-from tracereader import intervals, kernel_names
-from tracereader.model import GpuItem, Step, Trace, in_start_order, per_step
+from tracereader.names import kernel_names
+from tracereader.read import intervals
+from tracereader.read.model import GpuItem, Step, Trace, in_start_order, per_step
 
 
 # Kernel classes (kernel_names.CLASSES) in the groups the summary reports.

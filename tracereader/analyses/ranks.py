@@ -53,9 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracereader import caches as jsoncache
-from tracereader import intervals
 from tracereader.analyses import collectives as coll
-from tracereader.load import CpuOp, GpuItem, Step, Trace, TraceError, load
+from tracereader.read import intervals
+from tracereader.read.load import CpuOp, GpuItem, Step, Trace, TraceError, load
 from tracereader.units import cell
 
 # A rank's trace, named the ways jobs name them: the lessons' `<stem>_rank<r>.json`, HTA's
@@ -612,7 +612,7 @@ def _dump(data, out) -> None:
 
 def explain_main(args) -> int:
     """`uv run explain RUN_OR_FOLDER [--json]`: the reading of every run named."""
-    from tracereader import render
+    from tracereader.render import trace as render
 
     results, traces = [], []
 

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from types import MappingProxyType
 
-from tracereader.kernel_names import KernelClass
+from tracereader.names.kernel_names import KernelClass
 
 KIND_BIT = {"kernel": 1, "memcpy": 2, "memset": 4}
 EMPTY = MappingProxyType({})

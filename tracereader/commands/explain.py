@@ -20,10 +20,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tracereader import render
 from tracereader.commandline import Parser, non_negative_int
-from tracereader.load import Trace, TraceError, load
-from tracereader.render import MAX_OPS, dump_json, step_text  # noqa: F401 - the commands' API
+from tracereader.read.load import Trace, TraceError, load
+from tracereader.render import trace as render
+from tracereader.render.trace import MAX_OPS, dump_json, step_text  # noqa: F401 - the commands' API
 
 
 def text(trace: Trace, **options) -> str:
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.path.isdir(args.trace) or not os.path.exists(args.trace):
         # Maybe a folder (or stem) of rank traces, side by side; a file never is one, so a
         # single trace does not import what ranks need.
-        from tracereader import ranks
+        from tracereader.analyses import ranks
 
         if ranks.is_run(args.trace):
             return ranks.explain_main(args)

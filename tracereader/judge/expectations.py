@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracereader.kernel_names import CLASSES, PRECISIONS
-from tracereader.load import DTYPES, Trace, input_dtype
+from tracereader.names.kernel_names import CLASSES, PRECISIONS
+from tracereader.read.load import DTYPES, Trace, input_dtype
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,11 @@ from collections.abc import Sequence
 
 from tracereader.analyses import breakdown, tops
 from tracereader.commandline import Parser
-from tracereader.devices import datasheet
-from tracereader.explain import dump_json, load_or_exit, stdout_closed
-from tracereader.kernel_names import labels
-from tracereader.load import GpuItem, Trace
-from tracereader.model import ELEMENT_BYTES
+from tracereader.commands.explain import dump_json, load_or_exit, stdout_closed
+from tracereader.names.devices import datasheet
+from tracereader.names.kernel_names import labels
+from tracereader.read.load import GpuItem, Trace
+from tracereader.read.model import ELEMENT_BYTES
 from tracereader.units import duration
 
 CHANGED = 0.10  # a kernel group or op whose per-step time moves by more than this has changed
@@ -444,7 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("trace_b", help="the variant (e.g. compiled, or Liger)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
-    from tracereader import ranks  # a folder (or stem) of <stem>_rank<r>.json: runs side by side
+    from tracereader.analyses import (
+        ranks,  # a folder (or stem) of <stem>_rank<r>.json: runs side by side
+    )
 
     if ranks.is_run(args.trace_a) or ranks.is_run(args.trace_b):
         return ranks.compare_main(args)

@@ -39,11 +39,11 @@ from collections import Counter
 from pathlib import Path
 from types import MappingProxyType
 
-from tracereader import footprint
-from tracereader.kernel_names import KernelClass, classify
+from tracereader.names import footprint
+from tracereader.names.kernel_names import KernelClass, classify
 
 # The model, re-exported: `load.Trace` and friends are what callers of load() handle.
-from tracereader.model import (  # noqa: F401
+from tracereader.read.model import (  # noqa: F401
     DTYPES,
     EMPTY,
     CpuOp,

@@ -21,10 +21,11 @@ import math
 import re
 import statistics
 
-from tracereader import footprint, intervals
 from tracereader.analyses import breakdown, collectives, idle, syncs, variation
-from tracereader.kernel_names import CUDA_CORES, TF32, label, readable
-from tracereader.model import (
+from tracereader.names import footprint
+from tracereader.names.kernel_names import CUDA_CORES, TF32, label, readable
+from tracereader.read import intervals
+from tracereader.read.model import (
     DTYPES,
     CpuOp,
     GpuItem,

@@ -23,9 +23,10 @@ import json
 import statistics
 from io import TextIOBase  # not typing.TextIO: typing is start-up time of its own
 
-from tracereader import findings, footprint
 from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
-from tracereader.model import Step, Trace, silent_ops
+from tracereader.judge import findings
+from tracereader.names import footprint
+from tracereader.read.model import Step, Trace, silent_ops
 from tracereader.units import duration
 
 SCHEMA_VERSION = 2

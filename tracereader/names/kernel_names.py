@@ -643,7 +643,7 @@ def _inductor(name: str) -> KernelClass:
 @cache
 def _op_names() -> frozenset[str]:
     """torch's op names that hold an underscore (a name without one is one token anyway)."""
-    from tracereader.op_names import NAMES
+    from tracereader.names.op_names import NAMES
 
     return frozenset(NAMES.split())
 
