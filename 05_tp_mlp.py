@@ -45,8 +45,9 @@ from common import check, cli, outputs, profiling, shapes, torchrun
 from common.measuring import bench_ranks, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
-from tracereader.analyses import ranks
 from tracereader.judge.expectations import Expect
+from tracereader.reading import read_run
+from tracereader.render import ranks as ranks_text
 
 SCRIPT = "05_tp_mlp"
 ANNOTATION = "tp_mlp_fwd"
@@ -216,7 +217,7 @@ def main(argv=None) -> int:
     seen = profiling.look(out, expectation(mode, group.backend, launch.world))
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
-    print(ranks.text(ranks.read_run(stem, files, loaded={launch.rank: seen.trace})))
+    print(ranks_text.text(read_run(stem, files, loaded={launch.rank: seen.trace})))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         elt, tokens = x.element_size(), args.batch * args.seq

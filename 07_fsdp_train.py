@@ -57,9 +57,11 @@ from common import cli, outputs, profiling, torchrun, training
 from common.measuring import bench_ranks
 from common.training import reference_step as reference
 from models import TinyLM
-from tracereader.analyses import ranks
 from tracereader.judge import expectations
 from tracereader.judge.expectations import Expect
+from tracereader.reading import read_run
+from tracereader.render import ranks as ranks_text
+from tracereader.units import bytes_text
 
 SCRIPT = "07_fsdp_train"
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
@@ -285,7 +287,7 @@ def main(argv=None) -> int:
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once
-    reading = ranks.read_run(
+    reading = read_run(
         stem,
         files,
         each=lambda trace: checked.append(check_rank(trace, expect, want)),
@@ -294,15 +296,15 @@ def main(argv=None) -> int:
     for rank, (ok, text) in enumerate(checked):  # read_run goes through the ranks in order
         print(f"rank {rank}: collectives per step, expected vs seen\n{text}")
         as_expected &= ok
-    print(ranks.text(reading))
+    print(ranks_text.text(reading))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         print(f"bench (profiler detached, rank 0): one step {measured.us()}")
         moved = traffic_model(model, world=group.world, reshard=args.reshard_after_forward,
                               param_dtype=param_dtype)  # fmt: skip
         if sum(moved.values()):
-            print(f"  each rank's collectives move {ranks.bytes_text(sum(moved.values()))} per "
-                  f"step ({', '.join(f'{k} {ranks.bytes_text(b)}' for k, b in moved.items())}):"
+            print(f"  each rank's collectives move {bytes_text(sum(moved.values()))} per "
+                  f"step ({', '.join(f'{k} {bytes_text(b)}' for k, b in moved.items())}):"
                   f" hidden only with {sum(moved.values()) / measured.median_s / 1e9:.3g} GB/s "
                   "of bus bandwidth or more, overlapped with the compute")  # fmt: skip
     return profiling.finish(args, out, as_expected)

@@ -35,8 +35,10 @@ from tests.helpers import (
     torchrun_in_process,
 )
 from tests.test_tp_mlp import check
-from tracereader.analyses import ranks
 from tracereader.read import load as trace_reader
+from tracereader.read.runs import runs_at
+from tracereader.reading import read_run
+from tracereader.render import ranks as ranks_text
 
 SCRIPT = "07_fsdp_train.py"
 LAYERS = 2
@@ -156,7 +158,7 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     its all-gather (bf16), the mixed-precision policy at work."""
     folder, _ = run
     stem = folder / STEM
-    result = ranks.read_run(stem, ranks.runs_at(stem)[stem])
+    result = read_run(stem, runs_at(stem)[stem])
     assert result["problems"] == [] and result["backend"] == "gloo" and result["world"] == 2
     kinds = {k["kind"]: k for k in result["by_kind"]}
     assert set(kinds) == {"all-gather", "reduce-scatter"}
@@ -165,7 +167,7 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     assert kinds["reduce-scatter"]["bytes"] == 2 * kinds["all-gather"]["bytes"]
     for row in result["per_rank"]:
         assert row["collectives_per_step"] == [9] and row["comm_us"] > 0
-    text = ranks.text(result)
+    text = ranks_text.text(result)
     assert "collectives: 9 per step, of 2 kinds" in text  # no size shared by both kinds
     assert "all-gather: 18 in all" in text and "reduce-scatter: 9 in all" in text
     for rank in range(2):  # the lesson's count by phase, through the reader
@@ -314,7 +316,7 @@ def test_collective_kinds_come_from_the_issuing_op_not_the_kernel_name():
     """HTA's 16-rank A100 trace: NCCL runs every collective there as ncclKernel_SendRecv_*;
     the ops that issued them (nccl:_all_gather_base, nccl:_reduce_scatter_base, ...) say what
     each one is, and the bus factor follows the kind."""
-    result = ranks.read_run(NEGATIVE_QUEUE, {0: NEGATIVE_QUEUE})
+    result = read_run(NEGATIVE_QUEUE, {0: NEGATIVE_QUEUE})
     counts = {k["kind"]: k["count"] for k in result["by_kind"]}
     assert counts == {"all-gather": 10, "reduce-scatter": 10, "all-reduce": 10, "all-to-all": 45}
 

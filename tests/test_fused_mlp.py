@@ -17,10 +17,11 @@ import fused_geglu
 from common.measuring import bench, traffic
 from models import GeGLUMLP
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
-from tracereader.commands import compare
+from tracereader.analyses import diff
 from tracereader.judge import expectations, findings
 from tracereader.names.kernel_names import classify
 from tracereader.read import load as trace_reader
+from tracereader.render import compare as compare_text
 
 SCRIPT = "03_fused_mlp"
 OP = fused_geglu.OP
@@ -177,7 +178,7 @@ def test_fp32_down_gemm_split_in_two_cublas_kernels_counts_once():
 def test_compare_against_the_compiled_mlp_shows_g_and_u_gone_from_hbm():
     tokens, dim, hidden, bf16 = 64 * 128, 768, 3072, 2
     simple = trace_reader.load(H100 / "03_simple_mlp" / f"{POSTS}_compile.json.gz")
-    result = compare.compare(simple, trace_reader.load(FUSED_COMPILED))
+    result = diff.compare(simple, trace_reader.load(FUSED_COMPILED))
     assert [e["class"] for e in result["only_in_a"]] == ["gemm", "gemm", "inductor"]
     assert [e["class"] for e in result["only_in_b"]] == ["triton"]
     # gate and up: x and a weight read, g (or u) written; the GeGLU reads g, u, writes m
@@ -191,16 +192,16 @@ def test_compare_against_the_compiled_mlp_shows_g_and_u_gone_from_hbm():
     simple_model = load_script("03_simple_mlp").traffic_model(tokens, dim, hidden, bf16, fused=True)
     assert traffic.total(simple_model)[0] == traffic.total([fused_model, down])[0]  # same FLOPs
     assert result["extra_bytes_unknown"] == {"a": [], "b": []}
-    assert "(difference 213.9 MB)" in compare.text(result)
+    assert "(difference 213.9 MB)" in compare_text.text(result)
 
 
 def test_compare_says_which_kernel_it_cannot_count():
     """Eagerly the kernel is launched straight from Python: no op records its shapes, so the
     comparison names it instead of counting it as zero."""
     simple = trace_reader.load(H100 / "03_simple_mlp" / f"{POSTS}_compile.json.gz")
-    result = compare.compare(simple, trace_reader.load(FUSED_EAGER))
+    result = diff.compare(simple, trace_reader.load(FUSED_EAGER))
     assert result["extra_bytes_unknown"]["b"] == ["fused_gate_up_geglu_tma_kernel"]
-    text = compare.text(result)
+    text = compare_text.text(result)
     assert "difference" not in text
     assert "not counted in B (no byte estimate: no usable recorded shapes" in text
     assert (

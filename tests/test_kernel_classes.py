@@ -18,21 +18,23 @@ from functools import cache
 import pytest
 
 from tests.helpers import EXTERNAL_TRACES, ROOT, read_trace
-from tracereader.names.kernel_names import (
+from tracereader.names.kernel_classes import (
     CLASSES,
     CUDA_CORES,
     FP8,
     GROUPS,
     TENSOR_CORES,
     TF32,
-    _parts,
+    group,
+)
+from tracereader.names.kernel_names import (
     classify,
     collective_kind,
     gemm_precision,
-    group,
     is_collective,
     readable,
 )
+from tracereader.names.name_parts import split_name
 
 needs_traces = pytest.mark.skipif(
     not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces"
@@ -230,7 +232,7 @@ def test_resnet_2021_reads_as_convolutions_first_with_no_triton(relative):
     assert by_group.most_common(1)[0][0] == "conv"
     classes = {name: classify(name).cls for name in gpu_time(relative)}
     assert "triton" not in classes.values()
-    others = {_parts(n).function for n, cls in classes.items() if cls == "other"}
+    others = {split_name(n).function for n, cls in classes.items() if cls == "other"}
     assert others <= {"transpose_readWrite_alignment_kernel"}
 
 
@@ -417,7 +419,7 @@ def test_no_library_kernel_of_the_external_traces_is_left_other():
     for path in sorted(EXTERNAL_TRACES.rglob("*.json*")):
         for name in gpu_time(str(path.relative_to(EXTERNAL_TRACES))):
             klass = classify(name)
-            function = _parts(name).function
+            function = split_name(name).function
             if klass.cls == "other" and library.search(function):
                 assert function.startswith("dpsk::grouped_gemm::cuda::utils::"), name
             if klass.cls == "triton":

@@ -19,7 +19,8 @@ from tests.helpers import load_script
 from tracereader.commands import explain
 from tracereader.judge import expectations, findings
 from tracereader.names import footprint
-from tracereader.names.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
+from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
+from tracereader.names.kernel_names import classify, gemm_precision
 from tracereader.read import load as trace_reader
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -33,10 +33,13 @@ from tests.helpers import (
     steps,
     torchrun_in_process,
 )
-from tracereader.analyses import ranks
+from tracereader import caches
 from tracereader.commands import compare, explain
 from tracereader.judge import expectations
 from tracereader.read import load as trace_reader
+from tracereader.read.runs import runs_at
+from tracereader.reading import read_run
+from tracereader.render import ranks as ranks_text
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
 RANKS = {"eager": 4, "compile": 2}  # N > 2 eager, N = 2 compiled: every launch costs
@@ -170,10 +173,10 @@ def test_compiled_run_is_as_expected(compiled):
 def test_the_multi_rank_reading_of_cpu_traces(eager):
     folder, _ = eager
     n = RANKS["eager"]
-    runs = ranks.runs_at(folder)
+    runs = runs_at(folder)
     (found,) = runs
     assert found.name == stem("eager") and sorted(runs[found]) == list(range(n))
-    result = ranks.read_run(found, runs[found])
+    result = read_run(found, runs[found])
     assert result["world"] == n and result["backend"] == "gloo" and result["device"] is None
     assert result["problems"] == [] and result["steps_matched"] == 3
     assert len(result["per_rank"]) == n
@@ -184,7 +187,7 @@ def test_the_multi_rank_reading_of_cpu_traces(eager):
     assert result["skew_us"]["median"] >= 0 and result["straggler"]["rank"] in range(n)
     coll = result["collective"]
     assert coll["bytes"] == 2 * 4 * 16 * 2 and coll["bus_GBps"] is None  # bf16 [2, 4, 16]
-    reading = ranks.text(result)
+    reading = ranks_text.text(result)
     assert "skew of the step starts" in reading and "no bandwidth from a CPU trace" in reading
 
 
@@ -430,8 +433,8 @@ def gpu_rank_trace(path: Path, rank: int, *, late_us: float) -> None:
 def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
     gpu_rank_trace(tmp_path / "run_rank0.json.gz", 0, late_us=0)
     gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=50)  # the straggler
-    runs = ranks.runs_at(tmp_path / "run")
-    result = ranks.read_run(tmp_path / "run", runs[tmp_path / "run"])
+    runs = runs_at(tmp_path / "run")
+    result = read_run(tmp_path / "run", runs[tmp_path / "run"])
     assert result["problems"] == [] and result["device"] == "NVIDIA H200"
     r0, r1 = result["per_rank"]
     assert r0["compute_us"] == pytest.approx(3 * 40 + 30)
@@ -445,19 +448,19 @@ def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
     assert coll["bytes"] == TOKENS * DIM * 2 and coll["transfer_us"] == pytest.approx(45)
     busbw = 2 * (2 - 1) / 2 * TOKENS * DIM * 2 / 45e-6 / 1e9
     assert coll["bus_GBps"] == pytest.approx(busbw) and coll["link_GBps"] is None
-    assert "not measured on this machine yet" in ranks.text(result)
+    assert "not measured on this machine yet" in ranks_text.text(result)
     # with the link measured (by a --bench run), the reading compares against it
-    ranks.store_link(ranks.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
-    again = ranks.read_run(tmp_path / "run", runs[tmp_path / "run"])
+    caches.store_link(caches.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
+    again = read_run(tmp_path / "run", runs[tmp_path / "run"])
     assert again["collective"]["share_of_link"] == pytest.approx(busbw / 400)
-    assert "this all-reduce reaches" in ranks.text(again)
+    assert "this all-reduce reaches" in ranks_text.text(again)
 
 
 def test_a_missing_rank_is_a_problem_not_a_crash(tmp_path):
     gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=0)
-    result = ranks.read_run(tmp_path / "run", {1: tmp_path / "run_rank1.json.gz"})
+    result = read_run(tmp_path / "run", {1: tmp_path / "run_rank1.json.gz"})
     assert result["problems"] == ["1 rank(s) of 2 missing (0): the reading covers 1 rank(s)"]
-    assert "PROBLEM" in ranks.text(result)
+    assert "PROBLEM" in ranks_text.text(result)
 
 
 def test_a_damaged_rank_trace_is_one_line_exit_2(tmp_path, capsys):
@@ -477,7 +480,7 @@ def test_real_two_gpu_rank_traces(mode):
     declared expectation, and the multi-rank reading finds the all-reduce and its bandwidth."""
     stem = REAL / f"b64_s128_d768_h3072_bf16_tp2_{mode}"
     lesson = load_script("05_tp_mlp")
-    runs = ranks.runs_at(stem)
+    runs = runs_at(stem)
     (paths,) = runs.values()
     assert sorted(paths) == [0, 1]
     for path in paths.values():
@@ -488,7 +491,7 @@ def test_real_two_gpu_rank_traces(mode):
         for step in trace.steps:
             (nccl,) = [i for i in step.gpu if i.klass.cls == "collective"]
             assert nccl.klass.detail.startswith("AllReduce Sum bf16")
-    result = ranks.read_run(stem, paths)
+    result = read_run(stem, paths)
     assert result["problems"] == [] and result["device"] == "NVIDIA H200"
     coll = result["collective"]
     assert coll["bytes"] == 64 * 128 * 768 * 2  # the [64, 128, 768] bf16 output, 12.6 MB

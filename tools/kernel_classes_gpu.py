@@ -26,12 +26,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tracereader.names.kernel_names import (  # noqa: E402
-    CUDA_CORES,
-    TENSOR_CORES,
-    TF32,
-    classify,
-)
+from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32  # noqa: E402
+from tracereader.names.kernel_names import classify  # noqa: E402
 
 
 @dataclass

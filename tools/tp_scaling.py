@@ -35,8 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tracereader.analyses import ranks  # noqa: E402  (torch-free)
 from tracereader.commandline import Parser  # noqa: E402
+from tracereader.read.runs import runs_at  # noqa: E402
+from tracereader.reading import read_run  # noqa: E402  (torch-free)
 
 SHAPES = {
     "post": ["--batch", "64", "--seq", "128", "--dim", "768", "--hidden", "3072"],
@@ -84,10 +85,10 @@ def traced(stdout: str) -> dict[str, float]:
     if not found:
         return {}
     stem = Path(shlex.split(found[-1])[-1])
-    runs = ranks.runs_at(stem)
+    runs = runs_at(stem)
     if stem not in runs:
         return {}
-    reading = ranks.read_run(stem, runs[stem])
+    reading = read_run(stem, runs[stem])
     rows = reading["per_rank"]
     out = {}
     for key in ("comm_us", "exposed_us"):

@@ -19,7 +19,7 @@ from pathlib import Path
 from common.cli import Run
 from common.measuring import ceilings, timing, traffic
 from common.measuring.traffic import Kernel
-from tracereader.names.kernel_names import CUDA_CORES, TENSOR_CORES, TF32
+from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
 from tracereader.read import load as trace_reader
 from tracereader.units import duration as reader_duration
 

@@ -21,7 +21,8 @@ import sys
 from collections.abc import Sequence
 
 from tracereader.commandline import Parser, non_negative_int
-from tracereader.read.load import Trace, TraceError, load
+from tracereader.commands.shared import load_or_exit, stdout_closed
+from tracereader.read.load import Trace
 from tracereader.render import trace as render
 from tracereader.render.trace import MAX_OPS, dump_json, step_text  # noqa: F401 - the commands' API
 
@@ -36,22 +37,6 @@ def as_dict(trace: Trace) -> dict:
 
 def write_json(trace: Trace, out) -> None:
     render.write_json(trace, out)
-
-
-def load_or_exit(path: str) -> Trace:
-    """For the commands: a file they cannot use is one line on stderr and exit code 2."""
-    try:
-        trace = load(path)
-    except TraceError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if not trace.steps:
-        print(
-            f"error: {path} holds no event this reader uses (no CPU op, runtime call or GPU work)",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-    return trace
 
 
 def _max_ops(text: str) -> int | None:
@@ -103,10 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.path.isdir(args.trace) or not os.path.exists(args.trace):
         # Maybe a folder (or stem) of rank traces, side by side; a file never is one, so a
         # single trace does not import what ranks need.
-        from tracereader.analyses import ranks
+        from tracereader.commands import runs
+        from tracereader.read.runs import is_run
 
-        if ranks.is_run(args.trace):
-            return ranks.explain_main(args)
+        if is_run(args.trace):
+            return runs.explain_main(args)
     trace = load_or_exit(args.trace)
     if args.step is not None and args.step >= len(trace.steps):
         print(
@@ -134,14 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return stdout_closed()
     return 0
-
-
-def stdout_closed() -> int:
-    """`explain BIG | head` closed the pipe early: no traceback for that, and none at exit
-    when Python flushes stdout (pointed at /dev/null)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return 1
 
 
 def cli() -> None:

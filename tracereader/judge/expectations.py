@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracereader.names.kernel_names import CLASSES, PRECISIONS
+from tracereader.names.kernel_classes import CLASSES, PRECISIONS
 from tracereader.read.load import DTYPES, Trace, input_dtype
 
 

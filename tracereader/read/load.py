@@ -40,7 +40,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tracereader.names import footprint
-from tracereader.names.kernel_names import KernelClass, classify
+from tracereader.names.kernel_classes import KernelClass
+from tracereader.names.kernel_names import classify
 
 # The model, re-exported: `load.Trace` and friends are what callers of load() handle.
 from tracereader.read.model import (  # noqa: F401

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from types import MappingProxyType
 
-from tracereader.names.kernel_names import KernelClass
+from tracereader.names.kernel_classes import KernelClass
 
 KIND_BIT = {"kernel": 1, "memcpy": 2, "memset": 4}
 EMPTY = MappingProxyType({})
@@ -161,7 +161,7 @@ class Module:
 
 
 class Step:
-    """One unit of time (not a dataclass: see kernel_names.KernelClass)."""
+    """One unit of time (not a dataclass: see kernel_classes.KernelClass)."""
 
     def __init__(
         self,
@@ -210,7 +210,7 @@ class Step:
 
 
 class Trace:
-    """One process's trace (not a dataclass: see kernel_names.KernelClass)."""
+    """One process's trace (not a dataclass: see kernel_classes.KernelClass)."""
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ from io import TextIOBase  # not typing.TextIO: typing is start-up time of its o
 
 from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
 from tracereader.judge import findings
+from tracereader.judge.finding import SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.read.model import Step, Trace, silent_ops
 from tracereader.units import duration
@@ -34,7 +35,7 @@ SCREEN = 80  # lines: the summary of any trace fits one screen
 NAME_WIDTH = 70
 MAX_OPS = 200  # listing: lines per list in a step; a step of 100k ops must stay readable
 STEP_LINES = 8  # listing: one line each for this many more steps; a long run stays one screen
-SMALL_OPS = 60  # a step this small (and findings.SMALL_STEP GPU items) is listed by default
+SMALL_OPS = 60  # a step this small (and finding.SMALL_STEP GPU items) is listed by default
 TOP = 6
 
 
@@ -302,14 +303,14 @@ def _window_line(label: str, w: dict) -> str:
     )
 
 
-def finding_line(f: findings.Finding) -> str:
+def finding_line(f: Finding) -> str:
     stake = f" [{duration(f.us)}, {f.pct:.1f}%]" if f.us is not None and f.pct is not None else ""
     then = f" -> try: {f.next}" if f.next else ""
     return f"  {'PROBLEM: ' if f.problem else ''}[{f.topic}]{stake} {f.message}{then}"
 
 
 def is_small(step: Step) -> bool:
-    return len(step.gpu) <= findings.SMALL_STEP and len(step.cpu_ops) <= SMALL_OPS
+    return len(step.gpu) <= SMALL_STEP and len(step.cpu_ops) <= SMALL_OPS
 
 
 def text(
@@ -383,7 +384,7 @@ def _listing(trace, all_steps, max_ops, kernels, ops, step) -> list[str]:
                 break
             times = ", ".join(f"{item.dur:.1f}" for item in s.gpu[:max_ops])
             lines.append(
-                f"{findings.step_summary(s)}"
+                f"{step_summary(s)}"
                 + (f"; kernel times (us, same order): {times}" if times else "")
             )
     return lines
@@ -410,7 +411,7 @@ def step_text(
 ) -> list[str]:
     """A step's listing; with `trace` (for its device properties) each kernel's footprint
     line also gives the occupancy worked out from it."""
-    lines = [findings.step_summary(step)]
+    lines = [step_summary(step)]
     if step.gpu and gpu:
         lines.append("  GPU work, in launch order (a kernel's footprint on the line below it):")
         lines.append(f"    {'us':>8}  {'class':<11} {'launched by':<18} name (reading)")
@@ -541,3 +542,8 @@ def write_json(trace: Trace, out: TextIOBase) -> None:
             out.write(("," if i else "") + pad + body.replace("\n", pad))
         out.write("\n      ]")
     out.write(after + "\n")
+
+
+def step_summary(step: Step) -> str:
+    busy = breakdown.step(step)["gpu_busy_us"]
+    return f"{step.name}: CPU {step.dur:.0f} us, GPU busy {busy:.1f} us ({len(step.gpu)} GPU items)"
