@@ -27,7 +27,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, outputs, profiling
 from common.measuring import bench, traffic
-from tracereader.judge.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "01_matmul_add"
 ANNOTATION = "matmul_add"

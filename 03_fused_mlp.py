@@ -51,7 +51,7 @@ from common import check, cli, outputs, profiling, quack_gemm, shapes
 from common.measuring import bench, timing, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
-from tracereader.judge.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "03_fused_mlp"
 ANNOTATION = "fused_mlp_fwd"

@@ -30,7 +30,7 @@ except ImportError:  # not installed: one line when a kernel is asked for, not a
     get_kernel = kernel_source.get_kernel_missing
 from common.measuring import bench, traffic
 from models import geglu_reference as reference  # Liger's module has the same weights
-from tracereader.judge.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "03_kernels_mlp"
 ANNOTATION = "kernels_mlp_fwd"

@@ -29,7 +29,7 @@ from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
-from tracereader.judge.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "03_simple_mlp"
 ANNOTATION = "mlp_fwd"

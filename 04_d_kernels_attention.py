@@ -47,7 +47,7 @@ except ImportError:  # not installed: one line when a kernel is asked for, not a
     get_kernel = kernel_source.get_kernel_missing
 from common.measuring import bench, traffic
 from models import attention_reference
-from tracereader.judge.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "04_d_kernels_attention"
 ANNOTATION = "flash_kernel_fwd"

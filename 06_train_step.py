@@ -50,12 +50,12 @@ import torch
 from torch import nn
 from torch.profiler import profile, record_function, schedule
 
+import tracereader
 from common import cli, memory, outputs, profiling, training
 from common.measuring import timing, traffic
 from common.training import reference_step as reference
 from models import TinyLM
-from tracereader.judge import expectations
-from tracereader.judge.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "06_train_step"
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
@@ -292,9 +292,9 @@ def main(argv=None) -> int:
     phases = training.phase_steps(seen.trace, PHASES)
     for phase, steps in phases.items():
         expect = EXPECT[phase](variant)
-        verdict = expectations.check(training.phase_trace(seen.trace, steps), expect)
+        verdict = tracereader.check(training.phase_trace(seen.trace, steps), expect)
         print(f"{phase}: {training.phase_line(steps)}")
-        print(expectations.render(verdict, expect))
+        print(verdict.text)
         as_expected &= verdict.ok
     if seen.trace.device is not None:  # set_to_none: the gradients are dropped, not zeroed
         zeroing = training.launched_under(phases["optimizer"], "Optimizer.zero_grad#")

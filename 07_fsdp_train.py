@@ -53,14 +53,12 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.profiler import profile, record_function, schedule
 
+import tracereader
 from common import cli, outputs, profiling, torchrun, training
 from common.measuring import bench_ranks
 from common.training import reference_step as reference
 from models import TinyLM
-from tracereader.judge import expectations
-from tracereader.judge.expectations import Expect
-from tracereader.reading import read_run
-from tracereader.render import ranks as ranks_text
+from tracereader import Expect
 from tracereader.units import bytes_text
 
 SCRIPT = "07_fsdp_train"
@@ -137,7 +135,7 @@ EXPECT = expectation  # (what every step holds, the collectives per phase), for 
 def check_rank(trace, expect: Expect, want: dict[str, Counter]) -> tuple[bool, str]:
     """One rank's trace against the guess: the expectation, the collectives per phase, and on
     a GPU the collectives' streams apart from the compute's."""
-    verdict = expectations.check(trace, expect)
+    verdict = tracereader.check(trace, expect)
     ok = verdict.ok
     lines = [f"  {'ok' if ok else 'MISMATCH':9} {expect.why}"] + [
         f"  MISMATCH  {m}" for m in verdict.mismatches
@@ -287,7 +285,7 @@ def main(argv=None) -> int:
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once
-    reading = read_run(
+    reading = tracereader.read_run(
         stem,
         files,
         each=lambda trace: checked.append(check_rank(trace, expect, want)),
@@ -296,7 +294,7 @@ def main(argv=None) -> int:
     for rank, (ok, text) in enumerate(checked):  # read_run goes through the ranks in order
         print(f"rank {rank}: collectives per step, expected vs seen\n{text}")
         as_expected &= ok
-    print(ranks_text.text(reading))
+    print(tracereader.run_text(reading))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         print(f"bench (profiler detached, rank 0): one step {measured.us()}")

@@ -25,7 +25,7 @@ from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons u
     one_line,
     positive_int,
 )
-from tracereader.read.model import ELEMENT_TYPES
+from tracereader.trace.model import ELEMENT_TYPES
 
 # Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
 # and the trace must still open in Perfetto and read back in seconds.

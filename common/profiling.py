@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
+import tracereader
 from common.cli import Run, command_hint, compile_in_process
 from common.outputs import Outputs
-from tracereader.judge import expectations, findings
-from tracereader.judge.expectations import Expect
-from tracereader.read import load as trace_reader
+from tracereader import Expect
+from tracereader.trace.model import Trace
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 
@@ -174,11 +174,11 @@ def show(table: str, outputs: Outputs, run: Run) -> None:
 
 @dataclass(frozen=True)
 class Seen:
-    trace: trace_reader.Trace
+    trace: Trace
     as_expected: bool
 
 
-def _provenance(trace: trace_reader.Trace) -> str:
+def _provenance(trace: Trace) -> str:
     version = trace.meta.get("torch_version")
     return f"{trace.device or 'the CPU'}, {f'torch {version}' if version else 'torch unrecorded'}"
 
@@ -189,13 +189,13 @@ def look(outputs: Outputs, expect: Expect, *, cold_steps: int = 0) -> Seen:
     `cold_steps`: recorded steps that hold start-up on purpose (a cold run's first call, with
     its compile); the expectation describes the steady state and is held to the steps after
     them, the findings read them all."""
-    trace = trace_reader.load(outputs.trace)
+    trace = tracereader.load(outputs.trace)
     sibling = None
     if expect.gemms_as_in:
         path = outputs.trace.with_name(
             outputs.trace.name.replace("_compile", f"_{expect.gemms_as_in}", 1)
         )
-        sibling = trace_reader.load(path) if path.is_file() else None
+        sibling = tracereader.load(path) if path.is_file() else None
     if sibling is not None and _provenance(sibling) != _provenance(trace):
         # Kernel names depend on the GPU and the libraries torch ships: comparing them across
         # machines would report a mismatch the code did not cause.
@@ -210,10 +210,10 @@ def look(outputs: Outputs, expect: Expect, *, cold_steps: int = 0) -> Seen:
         steady = trace.with_steps(trace.steps[cold_steps:])
         print(f"(the first {cold_steps} recorded step(s) are the cold start: checked from "
               f"{steady.steps[0].name} on)")  # fmt: skip
-    verdict = expectations.check(steady, expect, sibling=sibling)
-    print(expectations.render(verdict, expect))
+    verdict = tracereader.check(steady, expect, sibling=sibling)
+    print(verdict.text)
     print(f"findings (the full reading: {command_hint('explain', outputs.trace)}):")
-    for finding in findings.read(trace):
+    for finding in tracereader.read(trace).findings:
         print(f"  {'PROBLEM: ' if finding.problem else ''}[{finding.topic}] {finding.message}")
     return Seen(trace, verdict.ok)
 

@@ -19,7 +19,8 @@ from common import profiling
 from common.check import MismatchError
 from common.cli import Run, UsageError, one_line
 from common.outputs import Outputs
-from tracereader.read.model import ancestors
+from tracereader.analyses import breakdown
+from tracereader.trace.model import ancestors
 
 # What SDPA's CPU op says about the backend that ran (auto's choice), by op-name prefix.
 DISPATCHED = {
@@ -99,9 +100,9 @@ class Row:
 
 def summarize(backend: str, trace, annotation: str) -> Row:
     """Per forward, medians over the recorded steps: the annotated region's CPU time; on a
-    GPU also the step's kernels (memcpys and memsets counted apart), their summed GPU time,
-    and the longest kernel's estimated achieved occupancy (from the kernel event's args,
-    where the reader provides them)."""
+    GPU also the step's kernels (memcpys and memsets counted apart), the time the GPU was busy
+    with them (the union of their intervals) and the longest kernel's estimated achieved
+    occupancy (from the kernel event's args, where the reader provides them)."""
     cpu = [op.dur for s in trace.steps for op in s.cpu_ops if op.name == annotation]
     ops = {n for s in trace.steps for n in s.op_names()}
     ran = [v for prefix, v in DISPATCHED.items() if any(n.startswith(prefix) for n in ops)]
@@ -118,7 +119,7 @@ def summarize(backend: str, trace, annotation: str) -> Row:
     row.kernels = per_step("kernel") + "".join(
         f" +{per_step(kind)} {kind}" for kind in ("memcpy", "memset") if per_step(kind) != "0"
     )
-    row.gpu_us = f"{statistics.median(s.gpu_time for s in trace.steps):.1f}"
+    row.gpu_us = f"{statistics.median(breakdown.step(s)['gpu_busy_us'] for s in trace.steps):.1f}"
     last = [i for i in trace.steps[-1].gpu if i.kind == "kernel"]
     if last:
         main = max(last, key=lambda i: i.dur)

@@ -19,8 +19,8 @@ import torch
 from common import cli
 from common.check import MismatchError
 from tracereader.analyses import ranks
-from tracereader.read import intervals
-from tracereader.read.model import CpuOp, Step, Trace, ancestors
+from tracereader.trace import intervals
+from tracereader.trace.model import CpuOp, Step, Trace, ancestors
 from tracereader.units import duration
 
 # The model's shape flags, for every lesson that trains it (06, 07): flag, default, meaning.

@@ -21,7 +21,7 @@ from common import sdpa as sdpa_plumbing
 from common.measuring import traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
 from tracereader.judge import expectations, findings
-from tracereader.read.load import load as load_trace
+from tracereader.trace.load import load as load_trace
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]
 TAG = "b1_h2_s16_d8_bf16"
@@ -260,7 +260,7 @@ def test_fa4_on_a_real_h100_trace_meets_the_guess_and_takes_its_row(backend):
     lesson = load_script("04_c_sdpa_attention")
     trace = h100_sdpa(backend)
     verdict = expectations.check(trace, lesson.EXPECT[backend])
-    assert verdict.ok, expectations.render(verdict, lesson.EXPECT[backend])
+    assert verdict.ok, verdict.text
     row = sdpa_plumbing.summarize(backend, trace, "attn_fwd")
     assert "flash_att" in row.main_kernel and row.occupancy_unmeasured
     assert row.kernels == ("1" if backend == "fa4" else "3")
@@ -279,7 +279,7 @@ def test_04d_guess_holds_on_its_real_h100_run_with_fa4_as_the_source():
     lesson = load_script("04_d_kernels_attention")
     path = SDPA_H100.parent / f"04_d_kernels_attention/{TAG_H100}_eager_fa4.json.gz"
     verdict = expectations.check(load_trace(path), lesson.EXPECT["eager"])
-    assert verdict.ok, expectations.render(verdict, lesson.EXPECT["eager"])
+    assert verdict.ok, verdict.text
 
 
 def test_comparison_of_a_trace_without_occupancy_leaves_the_column_empty(tmp_path):

@@ -16,7 +16,7 @@ from common import shapes
 from common.measuring import bench, ceilings, timing, traffic
 from tests.helpers import load_script, run_script
 from tracereader.names.kernel_classes import TENSOR_CORES
-from tracereader.read import load as trace_reader
+from tracereader.trace import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100_FIXTURES = Path(__file__).parent / "fixtures" / "h100"

@@ -35,10 +35,10 @@ from tests.helpers import (
     torchrun_in_process,
 )
 from tests.test_tp_mlp import check
-from tracereader.read import load as trace_reader
-from tracereader.read.runs import runs_at
 from tracereader.reading import read_run
 from tracereader.render import ranks as ranks_text
+from tracereader.trace import load as trace_reader
+from tracereader.trace.runs import runs_at
 
 SCRIPT = "07_fsdp_train.py"
 LAYERS = 2

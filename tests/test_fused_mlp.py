@@ -20,8 +20,8 @@ from tests.helpers import ROOT, inside, load_script, read_trace, run_script, ste
 from tracereader.analyses import diff
 from tracereader.judge import expectations, findings
 from tracereader.names.kernel_names import classify
-from tracereader.read import load as trace_reader
 from tracereader.render import compare as compare_text
+from tracereader.trace import load as trace_reader
 
 SCRIPT = "03_fused_mlp"
 OP = fused_geglu.OP

@@ -17,8 +17,8 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from tracereader.analyses import modules
 from tracereader.commands import compare, explain
-from tracereader.read import intervals
-from tracereader.read import load as trace_reader
+from tracereader.trace import intervals
+from tracereader.trace import load as trace_reader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MLP = FIXTURES / "h100/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json.gz"

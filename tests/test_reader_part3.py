@@ -21,7 +21,7 @@ from tracereader.judge import expectations, findings
 from tracereader.names import footprint
 from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
 from tracereader.names.kernel_names import classify, gemm_precision
-from tracereader.read import load as trace_reader
+from tracereader.trace import load as trace_reader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100 = FIXTURES / "h100"

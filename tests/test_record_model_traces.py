@@ -65,7 +65,7 @@ def test_tiny_training_steps_are_recorded_with_their_provenance(tmp_path):
 def test_with_modules_the_traces_carry_the_models_modules_and_no_other_python_frame(tmp_path):
     pytest.importorskip("transformers")
     from tracereader.analyses import modules
-    from tracereader.read import load
+    from tracereader.trace import load
 
     proc = run("--tiny", "--device", "cpu", "--with-modules", "--only", "llama_train",
                "--out", str(tmp_path))  # fmt: skip

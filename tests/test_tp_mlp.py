@@ -36,10 +36,10 @@ from tests.helpers import (
 from tracereader import caches
 from tracereader.commands import compare, explain
 from tracereader.judge import expectations
-from tracereader.read import load as trace_reader
-from tracereader.read.runs import runs_at
 from tracereader.reading import read_run
 from tracereader.render import ranks as ranks_text
+from tracereader.trace import load as trace_reader
+from tracereader.trace.runs import runs_at
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
 RANKS = {"eager": 4, "compile": 2}  # N > 2 eager, N = 2 compiled: every launch costs
@@ -449,11 +449,24 @@ def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
     busbw = 2 * (2 - 1) / 2 * TOKENS * DIM * 2 / 45e-6 / 1e9
     assert coll["bus_GBps"] == pytest.approx(busbw) and coll["link_GBps"] is None
     assert "not measured on this machine yet" in ranks_text.text(result)
-    # with the link measured (by a --bench run), the reading compares against it
-    caches.store_link(caches.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
-    again = read_run(tmp_path / "run", runs[tmp_path / "run"])
+    # with the link measured, the reading compares against it
+    link = {"bus_bytes_per_s": 400e9, "measured": "test"}
+    again = read_run(tmp_path / "run", runs[tmp_path / "run"], link=link)
     assert again["collective"]["share_of_link"] == pytest.approx(busbw / 400)
     assert "this all-reduce reaches" in ranks_text.text(again)
+
+
+def test_the_link_a_bench_run_cached_reaches_the_command_not_the_reading(tmp_path, capsys):
+    gpu_rank_trace(tmp_path / "run_rank0.json.gz", 0, late_us=0)
+    gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=50)
+    caches.store_link(caches.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
+    # one trace reads the same on every machine: the reading opens no cache ...
+    files = {r: tmp_path / f"run_rank{r}.json.gz" for r in (0, 1)}
+    reading = read_run(tmp_path / "run", files)
+    assert reading["collective"]["bus_GBps"] and reading["collective"]["link_GBps"] is None
+    # ... the command looks the link up and hands it over
+    assert explain.main([str(tmp_path / "run")]) == 0
+    assert "the link: 400 GB/s (test): this all-reduce reaches" in capsys.readouterr().out
 
 
 def test_a_missing_rank_is_a_problem_not_a_crash(tmp_path):

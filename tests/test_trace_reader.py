@@ -16,7 +16,9 @@ from tracereader.analyses import diff
 from tracereader.commands import compare, explain
 from tracereader.judge import expectations, findings
 from tracereader.names.kernel_names import classify, decode_fused_ops, labels
-from tracereader.read import load as trace_reader
+from tracereader.reading import Reading
+from tracereader.render import trace as render
+from tracereader.trace import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100 = Path(__file__).parent / "fixtures" / "h100"
@@ -345,7 +347,7 @@ def test_cpu_trace_made_here_reads_as_cpu_only(tmp_path, capsys):
     trace = trace_reader.load(tmp_path / "02_linear" / "b8_in32_out64_bf16_eager_cpu.json")
     assert trace.device is None and trace.gpu_items == 0 and len(trace.steps) == 3
     assert findings.read(trace)[0].message.startswith("CPU-only trace")
-    text = explain.text(trace)
+    text = render.text(Reading(trace))
     assert "aten::linear" in text and "launched no GPU work" not in text  # nothing could
 
 

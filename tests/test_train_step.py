@@ -10,7 +10,7 @@ from common import check, training
 from tests.helpers import ROOT, load_script, run_script
 from tracereader.analyses.phases import step as phases_of
 from tracereader.judge import expectations
-from tracereader.read import load as trace_reader
+from tracereader.trace import load as trace_reader
 
 TINY = ["--batch", "1", "--seq", "8", "--dim", "16", "--hidden", "32", "--heads", "2"]
 TINY += ["--layers", "1", "--vocab", "32", "--wait", "0", "--warmup-steps", "0", "--active", "1"]
@@ -132,7 +132,7 @@ def test_the_lessons_guess_holds_on_a_real_h100_step(path):
     for phase, cut in phases.items():
         expect = lesson.EXPECT[phase](variant)
         verdict = expectations.check(training.phase_trace(trace, cut), expect)
-        assert verdict.ok, (phase, expectations.render(verdict, expect))
+        assert verdict.ok, (phase, verdict.text)
     assert training.launched_under(phases["optimizer"], "Optimizer.zero_grad#") == 0
     # the attention's backward is attention, cuDNN's helpers included, not a convolution
     assert not any(item.klass.cls == "conv" for s in phases["backward"] for item in s.gpu)

@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tracereader.commandline import Parser  # noqa: E402
-from tracereader.read.runs import runs_at  # noqa: E402
 from tracereader.reading import read_run  # noqa: E402  (torch-free)
+from tracereader.trace.runs import runs_at  # noqa: E402
 
 SHAPES = {
     "post": ["--batch", "64", "--seq", "128", "--dim", "768", "--hidden", "3072"],

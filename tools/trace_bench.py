@@ -207,7 +207,7 @@ import importlib.util, json, sys, time
 from pathlib import Path
 from tracereader.judge import expectations
 from tracereader.judge import findings
-from tracereader.read import load as trace_reader
+from tracereader.trace import load as trace_reader
 spec = importlib.util.spec_from_file_location("lesson", Path({script!r}))
 lesson = importlib.util.module_from_spec(spec); sys.modules["lesson"] = lesson
 spec.loader.exec_module(lesson)
@@ -257,7 +257,7 @@ def explain(trace: Path, repo: Path, extra: list[str], repeat: int = 1) -> float
 
 
 HTA_SPEC = "holistictraceanalysis==0.5.0"
-LOAD_ONLY = "import sys; from tracereader.read.load import load; load(sys.argv[1])"
+LOAD_ONLY = "import sys; from tracereader.trace.load import load; load(sys.argv[1])"
 
 
 def load_alone(trace: Path, repo: Path, explain_s: float | None, repeat: int = 1) -> None:

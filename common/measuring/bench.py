@@ -19,8 +19,9 @@ from pathlib import Path
 from common.cli import Run
 from common.measuring import ceilings, timing, traffic
 from common.measuring.traffic import Kernel
+from tracereader.analyses import breakdown
 from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
-from tracereader.read import load as trace_reader
+from tracereader.trace import load as trace_reader
 from tracereader.units import duration as reader_duration
 
 MATCH = {
@@ -225,8 +226,9 @@ def roofline(
 
 
 def gpu_busy_s(trace: trace_reader.Trace) -> float:
-    """Median over the recorded steps of the summed durations of their GPU work."""
-    return statistics.median(step.gpu_time for step in trace.steps) / 1e6
+    """Median over the recorded steps of their GPU busy time: the union of their GPU work's
+    intervals (streams that overlap count once), as explain reports it."""
+    return statistics.median(breakdown.step(s)["gpu_busy_us"] for s in trace.steps) / 1e6
 
 
 def judge(
@@ -366,7 +368,9 @@ def report(
     print(f"  forward, one call (cold L2):  {measured.us()}")
     print(f"  forward, calls queued:        {queued.us()}")
     print(f"  host dispatch per call:       {host.us()}")
-    print(f"  GPU busy per forward:         {us(busy)} (sum of its kernels' profiled durations)")
+    print(
+        f"  GPU busy per forward:         {us(busy)} (union of its GPU work's profiled intervals)"
+    )
     if queued.median_s > 1.2 * busy:
         print(
             f"  -> queued calls take {us(queued.median_s)} each for {us(busy)} of GPU work: "

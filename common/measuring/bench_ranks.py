@@ -124,6 +124,13 @@ def _slowest(timings: list[timing.Timing]) -> tuple[int, float]:
     return rank, timings[rank].median_s
 
 
+def link(m: Measured | None) -> dict | None:
+    """The link --bench measured (or found cached), as the multi-rank reading takes it."""
+    if m is None or not m.link_bus_bytes_per_s:
+        return None
+    return {"bus_bytes_per_s": m.link_bus_bytes_per_s, "measured": m.link_measured}
+
+
 def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
     """Rank 0: what every rank measured, the slowest rank first."""
     n = m.world

@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 
 from tracereader.names import kernel_classes
-from tracereader.read import intervals
-from tracereader.read.model import GpuItem, Step, Trace, in_start_order, per_step
+from tracereader.trace import intervals
+from tracereader.trace.model import GpuItem, Step, Trace, in_start_order, per_step
 
 
 # Kernel classes (kernel_classes.CLASSES) in the groups the summary reports.

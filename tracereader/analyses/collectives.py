@@ -22,8 +22,8 @@ import statistics
 
 from tracereader.analyses import breakdown
 from tracereader.analyses.breakdown import is_comm
-from tracereader.read import intervals
-from tracereader.read.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors, per_step
+from tracereader.trace import intervals
+from tracereader.trace.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors, per_step
 
 # kind -> (pattern over torch's collective name or the kernel's name, bus factor of N)
 KINDS = (

@@ -7,7 +7,6 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from tracereader import caches
 from tracereader.analyses import collectives as coll
 from tracereader.analyses.ranks import RankReading
 
@@ -16,7 +15,9 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def analyse(stem: Path, readings: list[RankReading]) -> dict:
+def analyse(stem: Path, readings: list[RankReading], link: dict | None = None) -> dict:
+    """The ranks of one run side by side; `link` is the link's measured bandwidth
+    ({'bus_bytes_per_s', 'measured'}, see with_link), None where unknown."""
     problems = [note for r in readings for note in r.notes]
     by_rank: dict[int, RankReading] = {}
     for reading in readings:
@@ -127,9 +128,6 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
     bus = [c["bus_GBps"] for s in steps_out for c in s["collectives"] if "bus_GBps" in c]
     backend = backends[0] if len(backends) == 1 else ("/".join(backends) or None)
     device = devices[0] if len(devices) == 1 else ("/".join(devices) or None)
-    link = None
-    if on_gpu and bus and device and backend:
-        link = caches.cached_link(caches.link_key(device, backend, world))
     median_bus = _median(bus)
     kinds: dict[str, dict] = {}
     for s in steps_out:
@@ -177,13 +175,26 @@ def analyse(stem: Path, readings: list[RankReading]) -> dict:
             "shape": shapes.most_common(1)[0][0] if shapes else "",
             "transfer_us": _median(transfers),
             "bus_GBps": median_bus,
-            "link_GBps": link["bus_bytes_per_s"] / 1e9 if link else None,
-            "link_measured": link.get("measured") if link else None,
-            "share_of_link": median_bus / (link["bus_bytes_per_s"] / 1e9)
-            if link and median_bus
-            else None,
+            **_against(median_bus, link if on_gpu and bus else None),
         },
     }
+
+
+def _against(bus_GBps: float | None, link: dict | None) -> dict:
+    return {
+        "link_GBps": link["bus_bytes_per_s"] / 1e9 if link else None,
+        "link_measured": link.get("measured") if link else None,
+        "share_of_link": bus_GBps / (link["bus_bytes_per_s"] / 1e9) if link and bus_GBps else None,
+    }
+
+
+def with_link(result: dict, link: dict | None) -> dict:
+    """`result` (analyse's) held against a link measured elsewhere: its collectives' bus
+    bandwidth as a share of the link's. No link for a CPU run or one with no bandwidth."""
+    coll = result["collective"]
+    if result["device"] is None or coll["bus_GBps"] is None:
+        return result
+    return {**result, "collective": {**coll, **_against(coll["bus_GBps"], link)}}
 
 
 def _mean(rows: list[dict], key: str) -> float | None:

@@ -11,8 +11,8 @@ from collections import Counter
 
 from tracereader.analyses import breakdown, tops
 from tracereader.names.devices import datasheet
-from tracereader.read.load import GpuItem, Trace
-from tracereader.read.model import ELEMENT_BYTES
+from tracereader.trace.load import GpuItem, Trace
+from tracereader.trace.model import ELEMENT_BYTES
 from tracereader.units import duration
 
 CHANGED = 0.10  # a kernel group or op whose per-step time moves by more than this has changed
@@ -132,8 +132,8 @@ def compare(a: Trace, b: Trace) -> dict:
             n: {"a": avg_a.get(n), "b": avg_b.get(n)} for n in dict.fromkeys([*avg_a, *avg_b])
         },
         "gpu_us_per_step": {
-            "a": statistics.mean(s.gpu_time for s in a.steps) if a.steps else 0,
-            "b": statistics.mean(s.gpu_time for s in b.steps) if b.steps else 0,
+            "a": statistics.mean(s.gpu_sum for s in a.steps) if a.steps else 0,
+            "b": statistics.mean(s.gpu_sum for s in b.steps) if b.steps else 0,
         },
         **at_scale(a, b),
     }

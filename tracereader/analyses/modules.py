@@ -31,8 +31,8 @@ import re
 import statistics
 
 from tracereader.analyses import breakdown
-from tracereader.read import intervals
-from tracereader.read.model import Trace
+from tracereader.trace import intervals
+from tracereader.trace.model import Trace
 
 ROWS = 6  # the summary's module rows (its header and the line on unattributed work aside)
 _INSTANCE = re.compile(r"_\d+$")

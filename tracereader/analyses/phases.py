@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from tracereader.read import intervals
-from tracereader.read.model import CpuOp, Step, ancestors
+from tracereader.trace import intervals
+from tracereader.trace.model import CpuOp, Step, ancestors
 
 _PHASES = (
     (

@@ -12,8 +12,8 @@ a folder of them is what Holistic Trace Analysis reads too. Give the folder, or 
 and the stem (the file name up to `_rank`) when the folder holds several runs.
 
 Definitions (per rank and recorded step; the text prints medians over the steps):
-- communication, on a GPU trace: the summed durations of the step's collective kernels
-  (NCCL's); compute: the summed durations of the rest of its GPU work (kernels, memcpy,
+- communication, on a GPU trace: the union of the intervals of the step's collective kernels
+  (NCCL's); compute: the union of the intervals of the rest of its GPU work (kernels, memcpy,
   memset). On a CPU trace: the time the step's thread spends inside collective ops (c10d::*,
   _c10d_functional::*, record_param_comms, nccl:*, gloo:*; nested ones counted once), and
   compute is the rest of the step.
@@ -34,7 +34,9 @@ Definitions (per rank and recorded step; the text prints medians over the steps)
   the launching op's recorded input dims and type (record_shapes). A CPU trace gives no
   bandwidth: gloo reduces on a thread of its own, which the reader does not keep.
 - the link: an all-reduce of a large buffer, measured by a lesson's --bench on the same kind
-  of device, backend and rank count, cached in ~/.cache/profiling-pytorch/links.json.
+  of device, backend and rank count, cached in ~/.cache/profiling-pytorch/links.json; the
+  commands look it up there and hand it to the reading (cross_ranks.with_link), a lesson
+  hands what it measured: no analysis opens a file.
 
 No torch import here: the trace commands stay light.
 """
@@ -46,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracereader.analyses import collectives as coll
-from tracereader.read import intervals
-from tracereader.read.load import CpuOp, GpuItem, Step, Trace
+from tracereader.trace import intervals
+from tracereader.trace.load import CpuOp, GpuItem, Step, Trace
 
 # --- finding runs --------------------------------------------------------------------------
 
@@ -116,8 +118,8 @@ def _gpu_step(step: Step, base: float, trace: Trace) -> RankStep:
         name=step.name,
         ts=base + step.ts,
         dur=step.dur,
-        compute_us=sum(i.dur for i in rest),
-        comm_us=sum(i.dur for i in comm),
+        compute_us=intervals.length(rest_union),
+        comm_us=intervals.length(comm_union),
         exposed_us=intervals.length(comm_union) - intervals.overlap(comm_union, rest_union),
         collectives=collectives,
     )

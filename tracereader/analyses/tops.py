@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from tracereader.names.kernel_names import readable
-from tracereader.read.model import Trace
+from tracereader.trace.model import Trace
 
 _SUFFIX = re.compile(r"_\d+$")
 

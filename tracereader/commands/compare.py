@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # a folder (or stem) of <stem>_rank<r>.json: runs side by side
     from tracereader.commands import runs
-    from tracereader.read.runs import is_run
+    from tracereader.trace.runs import is_run
 
     if is_run(args.trace_a) or is_run(args.trace_b):
         return runs.compare_main(args)

@@ -22,21 +22,9 @@ from collections.abc import Sequence
 
 from tracereader.commandline import Parser, non_negative_int
 from tracereader.commands.shared import load_or_exit, stdout_closed
-from tracereader.read.load import Trace
+from tracereader.reading import Reading
 from tracereader.render import trace as render
-from tracereader.render.trace import MAX_OPS, dump_json, step_text  # noqa: F401 - the commands' API
-
-
-def text(trace: Trace, **options) -> str:
-    return render.text(trace, **options)
-
-
-def as_dict(trace: Trace) -> dict:
-    return render.document([render.trace_dict(trace)])
-
-
-def write_json(trace: Trace, out) -> None:
-    render.write_json(trace, out)
+from tracereader.render.trace import MAX_OPS
 
 
 def _max_ops(text: str) -> int | None:
@@ -89,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Maybe a folder (or stem) of rank traces, side by side; a file never is one, so a
         # single trace does not import what ranks need.
         from tracereader.commands import runs
-        from tracereader.read.runs import is_run
+        from tracereader.trace.runs import is_run
 
         if is_run(args.trace):
             return runs.explain_main(args)
@@ -101,13 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    reading = Reading(trace)
     try:
         if args.json:
-            write_json(trace, sys.stdout)
+            render.write_json(reading, sys.stdout)
         else:
             print(
-                text(
-                    trace,
+                render.text(
+                    reading,
                     all_steps=args.all_steps,
                     max_ops=args.max_ops,
                     kernels=args.kernels,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tracereader.read.load import Trace, TraceError, load
+from tracereader.trace.load import Trace, TraceError, load
 
 
 def load_or_exit(path: str) -> Trace:

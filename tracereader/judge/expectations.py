@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracereader.names.kernel_classes import CLASSES, PRECISIONS
-from tracereader.read.load import DTYPES, Trace, input_dtype
+from tracereader.trace.load import DTYPES, Trace, input_dtype
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,22 @@ class Expect:
 class Verdict:
     lines: list[str]
     mismatches: list[str]
+    expect: Expect
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
+
+    @property
+    def text(self) -> str:
+        """The verdict as the lessons print it: the guess, each line, then the tally."""
+        head = "expected vs seen" + (f" ({self.expect.why})" if self.expect.why else "")
+        tail = (
+            "all as expected"
+            if self.ok
+            else f"{len(self.mismatches)} mismatch(es): the most interesting thing on screen"
+        )
+        return "\n".join([head, *self.lines, tail])
 
 
 def _matches(pattern: str, name: str) -> bool:
@@ -75,7 +87,7 @@ def check(trace: Trace, expect: Expect, *, sibling: Trace | None = None) -> Verd
             bad.append(f"{what}: seen {seen}")
 
     if not trace.steps:
-        return Verdict(["  MISMATCH  no recorded steps"], ["no recorded steps"])
+        return Verdict(["  MISMATCH  no recorded steps"], ["no recorded steps"], expect)
     if trace.device is not None:
         for cls, want in expect.gpu.items():
             seen = sorted({step.count(cls) for step in trace.steps})
@@ -114,7 +126,7 @@ def check(trace: Trace, expect: Expect, *, sibling: Trace | None = None) -> Verd
         )
     if trace.device is None:
         lines.append("  (CPU-only trace: GPU expectations not checked)")
-    return Verdict(lines, bad)
+    return Verdict(lines, bad, expect)
 
 
 def _check_precision(trace: Trace, expect: Expect, report, lines: list[str]) -> None:
@@ -148,13 +160,3 @@ def _check_precision(trace: Trace, expect: Expect, report, lines: list[str]) -> 
 
 def _gemm_names(trace: Trace) -> list[str]:
     return [i.name for i in trace.steps[-1].gpu if i.klass.cls == "gemm"]
-
-
-def render(verdict: Verdict, expect: Expect) -> str:
-    head = "expected vs seen" + (f" ({expect.why})" if expect.why else "")
-    tail = (
-        "all as expected"
-        if verdict.ok
-        else f"{len(verdict.mismatches)} mismatch(es): the most interesting thing on screen"
-    )
-    return "\n".join([head, *verdict.lines, tail])

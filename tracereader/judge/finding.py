@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from tracereader.read.model import (
+from tracereader.trace.model import (
     Trace,
 )
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tracereader.judge import kernel_findings, step_findings
 from tracereader.judge.finding import Finding, step_wall
-from tracereader.read.model import (
+from tracereader.trace.model import (
     Trace,
 )
 

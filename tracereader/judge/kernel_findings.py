@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 import statistics
 
+from tracereader.analyses import breakdown
 from tracereader.judge.finding import SHOWN_KERNELS, SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
-from tracereader.read.model import (
+from tracereader.trace.model import (
     DTYPES,
     CpuOp,
     GpuItem,
@@ -27,7 +28,7 @@ OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 LOW_OCCUPANCY_PCT = 25  # a theoretical occupancy at or below this is low
 
 
-MAIN_KERNEL_SHARE = 0.1  # a kernel with this share of its step's GPU time is a main one
+MAIN_KERNEL_SHARE = 0.1  # a kernel with this share of its step's GPU busy time is a main one
 
 
 # An op's own CPU time, outside its children and its runtime calls, that makes a library's
@@ -225,12 +226,13 @@ def _low_occupancy_by_design(trace: Trace) -> list[Finding]:
     if trace.device is None or not trace.steps or len(trace.steps[-1].gpu) > SMALL_STEP:
         return []
     step = trace.steps[-1]
+    busy = breakdown.step(step)["gpu_busy_us"]
     out = []
     for item in _kernels_once(step):
         reported = item.args.get("est. achieved occupancy %")
         if not isinstance(reported, int | float) or reported <= 0:
             continue
-        if item.dur < MAIN_KERNEL_SHARE * step.gpu_time:
+        if item.dur < MAIN_KERNEL_SHARE * busy:
             continue
         occ = footprint.occupancy(item.args, trace.device_properties(item.args.get("device", 0)))
         if (

@@ -9,8 +9,8 @@ import statistics
 from tracereader.analyses import breakdown, collectives, idle, syncs, variation
 from tracereader.judge.finding import SHOWN_KERNELS, Finding, step_wall, steps_text
 from tracereader.names.kernel_names import label
-from tracereader.read import intervals
-from tracereader.read.model import (
+from tracereader.trace import intervals
+from tracereader.trace.model import (
     Trace,
 )
 

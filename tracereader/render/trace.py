@@ -20,14 +20,13 @@ at stake; `shown` false for those the text leaves out).
 from __future__ import annotations
 
 import json
-import statistics
 from io import TextIOBase  # not typing.TextIO: typing is start-up time of its own
 
-from tracereader.analyses import breakdown, collectives, idle, launches, phases, syncs, tops
-from tracereader.judge import findings
 from tracereader.judge.finding import SMALL_STEP, Finding
 from tracereader.names import footprint
-from tracereader.read.model import Step, Trace, silent_ops
+from tracereader.names.kernel_classes import group
+from tracereader.reading import Reading
+from tracereader.trace.model import Step, Trace, silent_ops
 from tracereader.units import duration
 
 SCHEMA_VERSION = 2
@@ -36,64 +35,10 @@ NAME_WIDTH = 70
 MAX_OPS = 200  # listing: lines per list in a step; a step of 100k ops must stay readable
 STEP_LINES = 8  # listing: one line each for this many more steps; a long run stays one screen
 SMALL_OPS = 60  # a step this small (and finding.SMALL_STEP GPU items) is listed by default
-TOP = 6
 
 
 def _cut(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def _spread(values: list[float]) -> dict:
-    return {
-        "median": statistics.median(values) if values else None,
-        "min": min(values) if values else None,
-        "max": max(values) if values else None,
-    }
-
-
-# --- the summary, as data ----------------------------------------------------------------
-
-
-def summary(trace: Trace) -> dict:
-    rows = [breakdown.step(s) for s in trace.steps]
-    idles = [idle.split(s) for s in trace.steps]
-    groups = sorted({g for r in rows for g in r["by_class_us"]})
-    kernels, gpu_total = tops.kernels(trace, TOP + 2)
-    comm_steps = [collectives.step(s, trace) for s in trace.steps] if trace.on_gpu else []
-    return {
-        "steps": len(trace.steps),
-        "wall_us": _spread([r["wall_us"] for r in rows]),
-        "gpu_busy_us": _spread([r["gpu_busy_us"] for r in rows]),
-        "gpu_sum_us": _spread([r["gpu_sum_us"] for r in rows]),
-        "idle_us": {k: _spread([i[k] for i in idles]) for k in idles[0]} if idles else {},
-        "kernels_per_step": _spread([r["kernels"] for r in rows]),
-        "by_class_us": {
-            g: statistics.median(r["by_class_us"].get(g, 0.0) for r in rows) for g in groups
-        },
-        "top_kernels": kernels,
-        "gpu_total_us": gpu_total,
-        "top_ops_by_gpu": tops.ops_by_gpu(trace, TOP),
-        "top_ops_by_self": tops.ops_by_self(trace, TOP),
-        "phases": phases.step(trace.steps[-1]) if trace.steps else [],
-        "modules": _modules(trace),
-        "launches": launches.read(trace),
-        "syncs": syncs.step(trace.steps[-1]) if trace.steps else [],
-        "collectives": {
-            "comm_us": _spread([c["comm_us"] for c in comm_steps]),
-            "exposed_us": _spread([c["exposed_us"] for c in comm_steps]),
-            "by_kind": collectives.by_kind(comm_steps),
-        }
-        if any(c["collectives"] for c in comm_steps)
-        else None,
-    }
-
-
-def _modules(trace: Trace) -> dict | None:
-    if not trace.modules:
-        return None
-    from tracereader.analyses import modules  # start-up: most traces carry no module events
-
-    return modules.read(trace)
 
 
 # --- text --------------------------------------------------------------------------------
@@ -115,7 +60,8 @@ def _header(trace: Trace) -> str:
     return f"trace: {trace.path} ({device}{rank}; {unit})"
 
 
-def summary_lines(trace: Trace, data: dict) -> list[str]:
+def summary_lines(reading: Reading) -> list[str]:
+    trace, data = reading.trace, reading.summary
     unit = "step" if trace.unit == "step" else "window"
     wall = data["wall_us"]["median"] or 0.0
     lines = [_header(trace)]
@@ -269,11 +215,11 @@ def module_tree_lines(data: dict | None, unit: str, on_gpu: bool, max_ops: int |
     return lines
 
 
-def _window_lines(trace: Trace) -> list[str]:
+def _window_lines(reading: Reading) -> list[str]:
     """The whole trace as HTA's temporal breakdown reads it; where the steps launched only part
     of the trace's GPU work (warm-up before the schedule, work after the last step), also the
     steps' part, which is what HTA reads of a trace with steps."""
-    whole, steps = breakdown.window(trace), breakdown.steps_window(trace)
+    whole, steps = reading.window, reading.steps_window
     if not whole["span_us"]:
         return []
     if not steps or not steps["span_us"] or _same_scope(whole, steps):
@@ -314,7 +260,7 @@ def is_small(step: Step) -> bool:
 
 
 def text(
-    trace: Trace,
+    reading: Reading,
     *,
     all_steps: bool = False,
     max_ops: int | None = MAX_OPS,
@@ -326,10 +272,10 @@ def text(
 ) -> str:
     """The reading for a person: the summary (one screen), then the listing where a step is
     small or a flag asks for it. `max_ops` caps each list of the listing (None: no cap)."""
-    data = summary(trace)
-    lines = summary_lines(trace, data) if trace.steps else [_header(trace)]
-    lines += _window_lines(trace)
-    shown, hidden = findings.ranked(trace)
+    trace, data = reading.trace, reading.summary
+    lines = summary_lines(reading) if trace.steps else [_header(trace)]
+    lines += _window_lines(reading)
+    shown, hidden = reading.findings, reading.hidden
     if all_findings:
         shown, hidden = shown + hidden, []
     lines.append("findings: (ranked by the time at stake per step: us, % of the step)")
@@ -345,7 +291,7 @@ def text(
     if module_tree and trace.steps:
         unit = "step" if trace.unit == "step" else "window"
         lines += module_tree_lines(data["modules"], unit, trace.on_gpu, max_ops)
-    listed = _listing(trace, all_steps, max_ops, kernels, ops, step)
+    listed = _listing(reading, all_steps, max_ops, kernels, ops, step)
     if listed:
         lines += listed
     elif trace.steps:
@@ -356,7 +302,8 @@ def text(
     return "\n".join(lines)
 
 
-def _listing(trace, all_steps, max_ops, kernels, ops, step) -> list[str]:
+def _listing(reading: Reading, all_steps, max_ops, kernels, ops, step) -> list[str]:
+    trace = reading.trace
     if not trace.steps:
         return []
     small = all(is_small(s) for s in trace.steps[:1])
@@ -368,14 +315,7 @@ def _listing(trace, all_steps, max_ops, kernels, ops, step) -> list[str]:
     short = 0  # one-line steps so far
     for i, s in enumerate(trace.steps):
         if i in chosen:
-            lines += step_text(
-                s,
-                on_gpu=trace.device is not None,
-                max_ops=max_ops,
-                trace=trace,
-                gpu=both or kernels,
-                cpu=both or ops,
-            )
+            lines += step_text(reading, i, max_ops=max_ops, gpu=both or kernels, cpu=both or ops)
         elif small and not (kernels or ops) and step is None:
             short += 1
             if short > STEP_LINES:
@@ -384,7 +324,7 @@ def _listing(trace, all_steps, max_ops, kernels, ops, step) -> list[str]:
                 break
             times = ", ".join(f"{item.dur:.1f}" for item in s.gpu[:max_ops])
             lines.append(
-                f"{step_summary(s)}"
+                f"{step_summary(s, reading.steps[i])}"
                 + (f"; kernel times (us, same order): {times}" if times else "")
             )
     return lines
@@ -394,24 +334,20 @@ def _more(left: int) -> str:
     return f"... {left} more (--max-ops)"
 
 
-def _occupancy(trace: Trace | None, item) -> footprint.Occupancy | None:
-    if trace is None or item.kind != "kernel":
+def _occupancy(trace: Trace, item) -> footprint.Occupancy | None:
+    if item.kind != "kernel":
         return None
     return footprint.occupancy(item.args, trace.device_properties(item.args.get("device", 0)))
 
 
 def step_text(
-    step: Step,
-    *,
-    on_gpu: bool,
-    max_ops: int | None = MAX_OPS,
-    trace: Trace | None = None,
-    gpu: bool = True,
-    cpu: bool = True,
+    reading: Reading, index: int, *, max_ops: int | None, gpu: bool, cpu: bool
 ) -> list[str]:
-    """A step's listing; with `trace` (for its device properties) each kernel's footprint
-    line also gives the occupancy worked out from it."""
-    lines = [step_summary(step)]
+    """Step `index`'s listing; each kernel's footprint line also gives the occupancy worked
+    out from it (with the trace's device properties)."""
+    trace = reading.trace
+    step, on_gpu = trace.steps[index], trace.device is not None
+    lines = [step_summary(step, reading.steps[index])]
     if step.gpu and gpu:
         lines.append("  GPU work, in launch order (a kernel's footprint on the line below it):")
         lines.append(f"    {'us':>8}  {'class':<11} {'launched by':<18} name (reading)")
@@ -457,19 +393,20 @@ def _footprint(trace: Trace, item) -> dict | None:
     return {**footprint.fields(item.args), "from_footprint": occ.as_dict() if occ else None}
 
 
-def step_dict(trace: Trace, s: Step) -> dict:
+def step_dict(reading: Reading, index: int) -> dict:
+    trace, s, row = reading.trace, reading.trace.steps[index], reading.steps[index]
     return {
         "name": s.name,
         "cpu_us": s.dur,
-        **{k: v for k, v in breakdown.step(s).items() if k != "name"},
-        "idle_us": idle.split(s),
-        "gpu_us": s.gpu_time,
+        **{k: v for k, v in row.items() if k not in ("name", "idle_us")},
+        "idle_us": row["idle_us"],
+        "gpu_us": s.gpu_sum,
         "gpu": [
             {
                 "name": i.name,
                 "kind": i.kind,
                 "class": i.klass.cls,
-                "group": breakdown.group(i),
+                "group": group(i.klass.cls),
                 "reading": i.klass.detail,
                 "facts": i.klass.facts,
                 "us": i.dur,
@@ -494,18 +431,18 @@ def _json_safe(data):
     return json.loads(json.dumps(data, allow_nan=False, default=sorted))
 
 
-def trace_dict(trace: Trace, with_steps: bool = True) -> dict:
+def trace_dict(reading: Reading, with_steps: bool = True) -> dict:
     """One element of `traces`: the contract's keys, the summary, steps and findings."""
-    shown, hidden = findings.ranked(trace)
+    trace, shown, hidden = reading.trace, reading.findings, reading.hidden
     return {
         "path": str(trace.path),
         "rank": trace.rank,
         "device": {"name": trace.device, "source": trace.device_source},
         "unit": trace.unit,
-        "window": breakdown.window(trace),
-        "steps_window": breakdown.steps_window(trace),
-        "summary": _json_safe(summary(trace)) if trace.steps else None,
-        "steps": [step_dict(trace, s) for s in trace.steps] if with_steps else [],
+        "window": reading.window,
+        "steps_window": reading.steps_window,
+        "summary": _json_safe(reading.summary) if trace.steps else None,
+        "steps": [step_dict(reading, i) for i in range(len(trace.steps))] if with_steps else [],
         "findings": [{**f.as_dict(), "shown": True} for f in shown]
         + [{**f.as_dict(), "shown": False} for f in hidden],
     }
@@ -524,10 +461,11 @@ def dump_json(data, out: TextIOBase) -> None:
 _MARK = "\x00steps\x00"
 
 
-def write_json(trace: Trace, out: TextIOBase) -> None:
+def write_json(reading: Reading, out: TextIOBase) -> None:
     """document([trace_dict(trace)]) as `dump_json` writes it, one step at a time: the dicts
     of a trace of a million events would take more memory than the trace itself."""
-    head = trace_dict(trace, with_steps=False)
+    trace = reading.trace
+    head = trace_dict(reading, with_steps=False)
     head["steps"] = _MARK
     text = json.dumps(document([head]), indent=2, allow_nan=False)
     before, after = text.split(json.dumps(_MARK))
@@ -537,13 +475,14 @@ def write_json(trace: Trace, out: TextIOBase) -> None:
     else:
         pad = "\n        "  # the steps sit four levels deep: document, traces, trace, steps
         out.write("[")
-        for i, step in enumerate(trace.steps):
-            body = json.dumps(step_dict(trace, step), indent=2, allow_nan=False)
+        for i in range(len(trace.steps)):
+            body = json.dumps(step_dict(reading, i), indent=2, allow_nan=False)
             out.write(("," if i else "") + pad + body.replace("\n", pad))
         out.write("\n      ]")
     out.write(after + "\n")
 
 
-def step_summary(step: Step) -> str:
-    busy = breakdown.step(step)["gpu_busy_us"]
+def step_summary(step: Step, row: dict) -> str:
+    """`row`: the step's breakdown (Reading.steps)."""
+    busy = row["gpu_busy_us"]
     return f"{step.name}: CPU {step.dur:.0f} us, GPU busy {busy:.1f} us ({len(step.gpu)} GPU items)"

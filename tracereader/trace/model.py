@@ -189,9 +189,10 @@ class Step:
         return self.ts + self.dur
 
     @property
-    def gpu_time(self) -> float:
-        """The summed durations of its GPU work (work on several streams counts twice where
-        it overlaps: analyses.breakdown.busy is the time the GPU was busy)."""
+    def gpu_sum(self) -> float:
+        """The summed durations of its GPU work, named a sum because it is one: work on
+        several streams counts twice where it overlaps. The time the GPU was busy is the
+        union, analyses.breakdown.busy (the one definition of GPU busy)."""
         return sum(item.dur for item in self.gpu)
 
     def op_names(self) -> list[str]:

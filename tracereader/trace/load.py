@@ -44,7 +44,7 @@ from tracereader.names.kernel_classes import KernelClass
 from tracereader.names.kernel_names import classify
 
 # The model, re-exported: `load.Trace` and friends are what callers of load() handle.
-from tracereader.read.model import (  # noqa: F401
+from tracereader.trace.model import (  # noqa: F401
     DTYPES,
     EMPTY,
     CpuOp,
