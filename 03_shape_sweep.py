@@ -65,7 +65,8 @@ import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 from torch.profiler import profile
 
-from common import check, cli, outputs, profiling, quack_gemm
+import quack_gemm
+from common import check, cli, outputs, profiling
 from common.measuring import sweep_report, timing
 from models import GeGLUMLP, geglu_reference
 from tracereader.names.kernel_names import classify

@@ -289,15 +289,15 @@ def main(argv=None) -> int:
     )
     as_expected = seen.as_expected
     # Then look per phase: each recorded step cut at its annotations, held to its guess.
-    phases = training.phase_steps(seen.trace, PHASES)
+    phases = tracereader.phase_steps(seen.trace, PHASES)
     for phase, steps in phases.items():
         expect = EXPECT[phase](variant)
-        verdict = tracereader.check(training.phase_trace(seen.trace, steps), expect)
-        print(f"{phase}: {training.phase_line(steps)}")
+        verdict = tracereader.check(seen.trace.with_steps(steps), expect)
+        print(f"{phase}: {tracereader.phase_line(steps)}")
         print(verdict.text)
         as_expected &= verdict.ok
     if seen.trace.device is not None:  # set_to_none: the gradients are dropped, not zeroed
-        zeroing = training.launched_under(phases["optimizer"], "Optimizer.zero_grad#")
+        zeroing = tracereader.launched_under(phases["optimizer"], "Optimizer.zero_grad#")
         print(f"zero_grad(set_to_none=True) launched {zeroing} GPU operations (expected 0)")
         as_expected &= zeroing == 0
     if args.memory:  # one more step, apart: recording stacks slows the profiled ones

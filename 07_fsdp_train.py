@@ -140,7 +140,7 @@ def check_rank(trace, expect: Expect, want: dict[str, Counter]) -> tuple[bool, s
     lines = [f"  {'ok' if ok else 'MISMATCH':9} {expect.why}"] + [
         f"  MISMATCH  {m}" for m in verdict.mismatches
     ]
-    seen = training.collectives_by_phase(trace, PHASES)
+    seen = tracereader.collectives_by_phase(trace, PHASES)
     for phase in PHASES:
         for kind in sorted(set(want[phase]) | set(seen[phase])):
             good = seen[phase][kind] == want[phase][kind]
@@ -280,8 +280,8 @@ def main(argv=None) -> int:
               "reduce); this run is the compute baseline for N > 1")  # fmt: skip
     seen = profiling.look(out, expect)
     as_expected = seen.as_expected
-    for phase, steps in training.phase_steps(seen.trace, PHASES).items():
-        print(f"{phase}: {training.phase_line(steps)}")
+    for phase, steps in tracereader.phase_steps(seen.trace, PHASES).items():
+        print(f"{phase}: {tracereader.phase_line(steps)}")
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once

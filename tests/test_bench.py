@@ -15,6 +15,7 @@ import pytest
 from common import shapes
 from common.measuring import bench, ceilings, timing, traffic
 from tests.helpers import load_script, run_script
+from tracereader.analyses import bench as profiled
 from tracereader.names.kernel_classes import TENSOR_CORES
 from tracereader.trace import load as trace_reader
 
@@ -61,7 +62,7 @@ def test_traffic_models_line_up_kernel_for_kernel_with_real_h100_traces(lesson, 
     stem, build = MODELS[lesson]
     model = build(load_script(lesson), mode)
     trace = trace_reader.load(H100_FIXTURES / lesson / f"{stem}_{mode}.json.gz")
-    times = bench.kernel_times(trace, model)
+    times = profiled.kernel_times(trace, model)
     assert isinstance(times, list), times  # a string says why the comparison was skipped
     assert len(times) == len(model) and all(t > 0 for t in times)
 
@@ -257,7 +258,7 @@ def test_the_trace_decides_what_a_gemm_computed_in():
     trace = trace_reader.load(folder / "b8_h16_s1024_d64_bf16_eager_math.json.gz")
     shape = shapes.attention_sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
     model = load_script("04_c_sdpa_attention").traffic_model(shape, 2, "math")
-    named = bench.named_precisions(trace, model)
+    named = profiled.named_precisions(trace, model)
     gemms = [n for n, k in enumerate(model) if k.cls == "gemm"]
     for tf32 in (False, True):
         precisions = [
@@ -271,7 +272,7 @@ def test_the_trace_decides_what_a_gemm_computed_in():
         H100_FIXTURES / "03_fused_mlp" / "b64_s128_d768_h3072_bf16_hopper_eager.json.gz"
     )
     fused = load_script("03_fused_mlp").traffic_model(8192, 768, 3072, 2)
-    named = bench.named_precisions(mlp, fused)
+    named = profiled.named_precisions(mlp, fused)
     judged = [
         bench.precision(k, "bf16", named=p, tf32=False) for k, p in zip(fused, named, strict=True)
     ]
@@ -352,7 +353,7 @@ def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
     trace = trace_reader.load(H200 / "03_simple_mlp" / "b64_s128_d768_h3072_bf16_eager.json.gz")
     mlp_model = load_script("03_simple_mlp").traffic_model
     model = mlp_model(8192, 768, 3072, 2, fused=False)
-    times = bench.kernel_times(trace, model)
+    times = profiled.kernel_times(trace, model)
     # independently: the non-memset kernels of each step in launch order, median per position
     kernels = [[i.dur for i in step.gpu if i.kind == "kernel"] for step in trace.steps]
     expected = [statistics.median(col) / 1e6 for col in zip(*kernels, strict=True)]
@@ -360,13 +361,13 @@ def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
     assert [k.label for k in model][2:4] == ["gelu(g)", "h * u"]
     assert 30e-6 < times[2] < 34e-6  # the GeLU kernel, ~32 us on the H200
     wrong = mlp_model(8192, 768, 3072, 2, fused=True)
-    assert "per-kernel comparison skipped" in bench.kernel_times(trace, wrong)
+    assert "per-kernel comparison skipped" in profiled.kernel_times(trace, wrong)
     # the classes that do match are still timed: the GEMMs, judged apart from the GeGLU
-    partial, (why,) = bench.matched_times(trace, wrong)
+    partial, (why,) = profiled.matched_times(trace, wrong)
     assert partial[2] is None and why.startswith("the trace has 2 elementwise-like kernels")
     assert [partial[n] for n in (0, 1, 3)] == pytest.approx([times[n] for n in (0, 1, 4)])
     # a profiled step spans from its CPU start to its last kernel's end
-    assert 250e-6 < bench.profiled_step_s(trace) < 1e-3
+    assert 250e-6 < profiled.profiled_step_s(trace) < 1e-3
 
 
 def test_bench_flag_on_the_cpu(tmp_path, capsys):

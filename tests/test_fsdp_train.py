@@ -22,7 +22,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from common import torchrun, training
+import tracereader
+from common import torchrun
 from models import TinyLM
 from tests.helpers import (
     EXTERNAL_TRACES,
@@ -173,7 +174,7 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     for rank in range(2):  # the lesson's count by phase, through the reader
         trace = trace_reader.load(rank_trace(folder, rank))
         _, per_phase = lesson.EXPECT(LAYERS, reshard=True, world=2)
-        assert training.collectives_by_phase(trace, lesson.PHASES) == per_phase
+        assert tracereader.collectives_by_phase(trace, lesson.PHASES) == per_phase
 
 
 # --- failures: one line from rank 0, every rank out, nothing left --------------------------
@@ -272,7 +273,9 @@ def test_no_reshard_after_forward_drops_the_backward_all_gathers(reshard, fake_t
     with profile() as prof:  # no schedule: the one step is the recorded window
         lesson.train_step(model, optimizer, tokens, targets)
     prof.export_chrome_trace(str(tmp_path / "rank0.json"))
-    seen = training.collectives_by_phase(trace_reader.load(tmp_path / "rank0.json"), lesson.PHASES)
+    seen = tracereader.collectives_by_phase(
+        trace_reader.load(tmp_path / "rank0.json"), lesson.PHASES
+    )
     assert seen["forward"] == Counter({"all-gather": LAYERS + 1})
     assert seen["backward"]["reduce-scatter"] == LAYERS + 1
     assert seen["backward"]["all-gather"] == (LAYERS + 1 if reshard else 0)

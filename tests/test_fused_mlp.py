@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import fused_geglu
-from common.measuring import bench, traffic
+from common.measuring import traffic
 from models import GeGLUMLP
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
+from tracereader.analyses import bench as profiled
 from tracereader.analyses import diff
 from tracereader.judge import expectations, findings
 from tracereader.names.kernel_names import classify
@@ -213,7 +214,7 @@ def test_compare_says_which_kernel_it_cannot_count():
 def test_bench_matches_the_model_to_the_real_kernels():
     trace = trace_reader.load(FUSED_EAGER)
     model = load_script(SCRIPT).traffic_model(64 * 128, 768, 3072, 2)
-    times = bench.kernel_times(trace, model)
+    times = profiled.kernel_times(trace, model)
     assert not isinstance(times, str), times
     fused_us, down_us = (t * 1e6 for t in times)
     kernels = [(i.name, i.dur) for i in trace.steps[1].gpu if i.kind == "kernel"]

@@ -9,7 +9,8 @@ from types import ModuleType
 
 import pytest
 
-from common import cli, quack_gemm
+import quack_gemm
+from common import cli
 from tests.helpers import load_script
 
 tuner = load_script("tools/tune_fused_mlp")

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import fused_geglu  # noqa: E402
-from common import check, cli, quack_gemm  # noqa: E402
+import quack_gemm  # noqa: E402
+from common import check, cli  # noqa: E402
 
 
 def main() -> int:

@@ -17,7 +17,9 @@ Its layers, each a folder or file, import only from the ones above them in this 
     commands/   explain and compare: argv -> reading -> render
 
 This module is the one door the lessons use: `load`, `read`, `read_run`, `run_text`, `Expect`,
-`check`. Nothing here imports torch or the lessons' plumbing in `common/`.
+`check`, and the lessons' own readings: the training phases (`phase_steps`, `phase_line`,
+`launched_under`, `collectives_by_phase`) and 04_c's (`sdpa_row`, `host_time`). Nothing here
+imports torch or the lessons' plumbing in `common/`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ _DOOR = {
     "run_text": ("tracereader.render.ranks", "text"),
     "Expect": ("tracereader.judge.expectations", "Expect"),
     "check": ("tracereader.judge.expectations", "check"),
+    "phase_steps": ("tracereader.analyses.training", "phase_steps"),
+    "phase_line": ("tracereader.analyses.training", "phase_line"),
+    "launched_under": ("tracereader.analyses.training", "launched_under"),
+    "collectives_by_phase": ("tracereader.analyses.training", "collectives_by_phase"),
+    "sdpa_row": ("tracereader.analyses.sdpa", "summarize"),
+    "host_time": ("tracereader.analyses.sdpa", "host_time"),
 }
 
 

@@ -1,7 +1,7 @@
 """QuACK's gated GEMM beside our fused MLP: gate/up + GeGLU in one CuTe-DSL GEMM (quack-kernels
 0.6.4, `uv sync --extra hopper`), the same fusion as fused_geglu.py's Triton kernel, with cuBLAS
 for down. Used wherever the fused MLP is compared: 03_fused_mlp.py --bench,
-tools/tune_fused_mlp.py and 03_shape_sweep.py (as common.quack_gemm: `quack` is the package).
+tools/tune_fused_mlp.py and 03_shape_sweep.py (named quack_gemm: `quack` is QuACK's package).
 
 `gemm_gated(x, B, activation="geglu", concat_layout=("B",), store_preact=False)` takes the
 weights as nn.Linear keeps them: B = torch.cat([w_gate, w_up]).T, [dim, 2*hidden], gate and up
