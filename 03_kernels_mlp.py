@@ -17,34 +17,18 @@ none of these answers, the same class from the liger-kernel package on PyPI. The
 """
 
 import sys
-from dataclasses import dataclass
 
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, kernel_source, outputs, profiling, shapes
-
-try:
-    from kernels import get_kernel  # the post's loader: Hugging Face's kernels library
-except ImportError:  # not installed: one line when a kernel is asked for, not a traceback
-    get_kernel = kernel_source.get_kernel_missing
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import geglu_reference as reference  # Liger's module has the same weights
+from models import liger_geglu_mlp
 from tracereader import Expect
 
 SCRIPT = "03_kernels_mlp"
 ANNOTATION = "kernels_mlp_fwd"
-REPO_ID = "kernels-community/liger-kernels"
-
-
-@dataclass
-class GeGLUConfig:
-    """The slice of a transformers config that LigerGEGLUMLP reads."""
-
-    hidden_size: int
-    intermediate_size: int
-    hidden_act: str = "gelu_pytorch_tanh"  # Liger implements the tanh GeLU only
-
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
 EXPECT = {
@@ -60,12 +44,6 @@ EXPECT = {
         why="Dynamo wraps Liger's Triton kernel as it is; nothing left to fuse",
     ),
 }
-
-
-def fetch_liger_layers():
-    # The post's line: a pre-built kernel package, pinned to version 1 (whose LigerGEGLUMLP
-    # takes a config, as here), downloaded once and cached.
-    return get_kernel(REPO_ID, version=1).layers
 
 
 def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.Kernel]:
@@ -98,10 +76,11 @@ def main(argv=None) -> int:
         gzip=args.gzip,
     )
 
-    layers, source = kernel_source.liger_layers(fetch_liger_layers, REPO_ID)
+    # The post's get_kernel("kernels-community/liger-kernels", version=1).layers, with its
+    # fallbacks (models.fetch_liger_layers): the module is Liger's LigerGEGLUMLP.
+    mlp, source = liger_geglu_mlp(args.dim, args.hidden)
     print(f"kernels: {source}")
-    config = GeGLUConfig(hidden_size=args.dim, intermediate_size=args.hidden)
-    mlp = layers.LigerGEGLUMLP(config).to(run.device, run.dtype).eval()
+    mlp = mlp.to(run.device, run.dtype).eval()
     forward = torch.compile(mlp) if args.compile else mlp
     x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
 

@@ -381,14 +381,14 @@ SWEEP = ["--dim", "8", "--hidden", "16", "--hidden-change", "32"]
 
 
 def read_rows(folder: Path) -> list[dict]:
-    (path,) = folder.glob("03_shape_sweep/*.csv")
+    (path,) = folder.glob("shape_sweep/*.csv")
     return list(csv.DictReader(path.open()))
 
 
 @pytest.mark.slow
 def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     rc = run_script(
-        "03_shape_sweep",
+        "tools.shape_sweep",
         "--shapes",
         "2x4,3x4,4x4",
         *SWEEP,
@@ -414,14 +414,14 @@ def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     }
     out = capsys.readouterr().out
     assert out.count("[") >= 20 and "[20/20] mark-dynamic" in out  # a progress line per shape
-    png = next((tmp_path / "03_shape_sweep").glob("*.png"))
+    png = next((tmp_path / "shape_sweep").glob("*.png"))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
 def test_sweep_flags_rows_that_fell_back_to_eager_at_the_recompile_limit(tmp_path, capsys):
     rc = run_script(
-        "03_shape_sweep",
+        "tools.shape_sweep",
         "--shapes",
         "2x4,3x4,4x4",
         "--dim",
@@ -460,17 +460,25 @@ def test_sweep_flags_rows_that_fell_back_to_eager_at_the_recompile_limit(tmp_pat
         (["--shapes", "64"], "is not BATCHxSEQ"),
         (["--variants", "eager,fast"], "unknown or no variants ['fast']"),
         (["--dim", "-1"], "must be greater than 0"),
+        # the lessons' own flags, refused as the lessons refuse them
+        (["--seed", "-1"], "must be at least 0"),
+        (["--seed", str(2**70)], "the range torch.manual_seed takes"),
     ],
 )
 def test_sweep_bad_input(argv, message, tmp_path, capsys):
-    assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 2
+    assert run_script("tools.shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
+def test_sweep_refuses_an_empty_traces_folder(capsys):
+    assert run_script("tools.shape_sweep", "--traces-dir", "") == 2
+    assert "--traces_dir: is empty" in capsys.readouterr().err
+
+
 def test_sweep_on_a_gpu_runs_the_fused_and_cuda_graph_variants_by_default():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     assert sweep.parse_variants("eager, fused,cuda-graph") == ["eager", "fused", "cuda-graph"]
     gpu_only = {"fused", "cuda-graph", "fused-graph"}
     assert gpu_only <= set(sweep.choose_variants(None, on_gpu=True))
@@ -493,7 +501,7 @@ def test_sweep_gpu_only_variants_are_refused_on_a_cpu(variants, message, tmp_pat
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     argv = ["--variants", variants, "--traces-dir", str(tmp_path)]
-    assert run_script("03_shape_sweep", *argv) == 2
+    assert run_script("tools.shape_sweep", *argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.rglob("*"))  # not even the folder
@@ -502,7 +510,7 @@ def test_sweep_gpu_only_variants_are_refused_on_a_cpu(variants, message, tmp_pat
 @pytest.mark.slow
 def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys):
     argv = ["--shapes", "2x4", "--dim", "8", "--hidden", "16", "--hidden-change", "0"]
-    assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 0
+    assert run_script("tools.shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert (
         "note: no CUDA GPU: the liger, fused, cuda-graph, fused-graph and quack variants are "
@@ -529,13 +537,12 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
     import fused_geglu
     from common import cli
 
-    sweep = load_script("03_shape_sweep")
-    lessons = sweep.Lessons()
+    sweep = load_script("tools.shape_sweep")
     for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32")):
         run = cli.Run(torch.device("cpu"), cli.DTYPES[dtype], dtype)
-        eager, eager_ref = sweep.build("eager", 16, 40, run, lessons, seed=7)
+        eager, eager_ref = sweep.build("eager", 16, 40, run, seed=7)
         torch.randn(100)  # the global generator moves on; build() seeds it again
-        fused, fused_ref = sweep.build("fused", 16, 40, run, lessons, seed=7)
+        fused, fused_ref = sweep.build("fused", 16, 40, run, seed=7)
         assert eager_ref is eager and fused_ref is not fused and fused.config == config
         for name in ("gate_proj", "up_proj", "down_proj"):
             mine, theirs = getattr(fused_ref, name).weight, getattr(eager, name).weight
@@ -545,7 +552,7 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
         assert torch.equal(fused.gate_up, packed)
         assert torch.equal(fused.down_proj.weight, eager.down_proj.weight)
         assert sweep.make_forward("fused", fused) is fused  # run as it is, no compile
-        graphed, graphed_ref = sweep.build("fused-graph", 16, 40, run, lessons, seed=7)
+        graphed, graphed_ref = sweep.build("fused-graph", 16, 40, run, seed=7)
         assert torch.equal(graphed.gate_up, packed) and graphed_ref is not graphed
         compiled = sweep.make_forward("fused-graph", graphed)
         assert isinstance(compiled, torch._dynamo.eval_frame.OptimizedModule)
@@ -589,7 +596,7 @@ GRAPH_INPUT_COPY = (
 
 
 def test_sweep_reads_each_forward_eager_with_split_k_gemms():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     # gate; up and its split-K reduce; GeLU, mul; down and its reduce; a cuBLAS memset
     per_call = [(GEMM, 50), (GEMM, 40), (SPLIT_K, 5), (GELU, 30), (MUL, 20), (GEMM, 45)]
     per_call += [(SPLIT_K, 4), ("Memset (Device)", 1)]
@@ -602,7 +609,7 @@ def test_sweep_reads_each_forward_eager_with_split_k_gemms():
 
 
 def test_sweep_reads_each_forward_replayed_from_a_cuda_graph():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     # reduce-overhead: the copy of x into the graph's static input, then compile's 4 kernels
     per_call = [(GRAPH_INPUT_COPY, 3), (GEMM, 50), (GEMM, 40), (INDUCTOR, 35), (GEMM, 45)]
     events = fake_events(per_call, calls=5, launches=["cudaLaunchKernel", "cudaGraphLaunch"])
@@ -614,7 +621,7 @@ def test_sweep_reads_each_forward_replayed_from_a_cuda_graph():
 
 @pytest.mark.parametrize("kernel", ["fused_gate_up_geglu_tma_kernel", "fused_gate_up_geglu_kernel"])
 def test_sweep_reads_the_fused_kernel_as_gate_up_and_geglu_in_one(kernel):
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     assert sweep.role(kernel) == "fused"  # a GEMM by what it does, whatever its class says
     per_call = [(kernel, 120), (GEMM, 45)]
     events = fake_events(per_call, calls=5, launches=["cuLaunchKernelEx", "cuLaunchKernelEx"])
@@ -625,7 +632,7 @@ def test_sweep_reads_the_fused_kernel_as_gate_up_and_geglu_in_one(kernel):
 
 
 def test_sweep_reads_forwards_it_cannot_split_into_calls():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     # 4 GEMMs over 3 calls: which is whose down GEMM is unknown; the GeGLU by class only
     events = fake_events([(GEMM, 10), (GELU, 7)], calls=2) + fake_events([(GEMM, 10)], calls=2)
     seen = sweep.read_forward(events, calls=3)
@@ -634,7 +641,7 @@ def test_sweep_reads_forwards_it_cannot_split_into_calls():
 
 
 def sweep_row(variant, **fields):
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     values = dict(
         variant=variant, batch=8, seq=128, hidden=3072, compiles=0, compile_s=0.0,
         limit_hit=False, ran_compiled=None, queued_us=80.0, p20_us=79.0, p80_us=81.0,
@@ -673,10 +680,10 @@ def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsy
 
     monkeypatch.setattr(timing, "time_cpu", interrupt_the_second_row)
     argv = ["--shapes", "2x4,3x4", *SWEEP, "--variants", "eager", "--traces-dir", str(tmp_path)]
-    assert run_script("03_shape_sweep", *argv) == 130
+    assert run_script("tools.shape_sweep", *argv) == 130
     rows = read_rows(tmp_path)
     assert [(r["variant"], r["batch"]) for r in rows] == [("eager", "2")]
-    (table,) = (tmp_path / "03_shape_sweep").glob("*.txt")
+    (table,) = (tmp_path / "shape_sweep").glob("*.txt")
     assert "STOPPED after 1 of 3 rows" in table.read_text()
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
 

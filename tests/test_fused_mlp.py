@@ -39,7 +39,7 @@ def interpreted(tmp_path_factory):
     traces = tmp_path_factory.mktemp("interpreted")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "interpret_fused_mlp.py"), str(traces)],
+        [sys.executable, "-m", "tests.interpret_fused_mlp", str(traces)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -300,7 +300,7 @@ def test_tuner_lists_the_opt_in_path_with_distinct_pasteable_candidates():
 @pytest.mark.slow
 def test_tuner_refuses_an_unknown_path_in_one_line():
     proc = subprocess.run(
-        [sys.executable, "tools/tune_fused_mlp.py", "--paths", "hopper,hoper"],
+        [sys.executable, "-m", "tools.tune_fused_mlp", "--paths", "hopper,hoper"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -312,13 +312,13 @@ def test_tuner_refuses_an_unknown_path_in_one_line():
 
 @pytest.mark.slow
 def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memory():
-    """tools/fused_geglu_sass.py compiles both committed Hopper configurations for sm_90 with
+    """tools/dev/fused_geglu_sass.py compiles both committed Hopper configurations for sm_90 with
     Triton's own ptxas (no GPU): hopper-epi's GeGLU is one MUFU.TANH per element where the
     hopper path spends an exp2 and a reciprocal, its two stores per tile are two TMA stores,
     and its 4 stages fit in Hopper's 227 KB."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "tools/fused_geglu_sass.py"],
+        [sys.executable, "-m", "tools.dev.fused_geglu_sass"],
         cwd=ROOT,
         env={**env, "TRITON_DEFAULT_FP_FUSION": "1"},
         capture_output=True,
@@ -346,7 +346,7 @@ def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memo
 @pytest.mark.slow
 def test_ncu_driver_refuses_an_unknown_config_before_looking_for_a_gpu():
     proc = subprocess.run(
-        [sys.executable, "tools/ncu_fused_mlp.py", "--configs", "hopper,hoper"],
+        [sys.executable, "-m", "tools.dev.ncu_fused_mlp", "--configs", "hopper,hoper"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -362,7 +362,7 @@ def test_tuner_on_a_cpu_says_it_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     proc = subprocess.run(
-        [sys.executable, "tools/tune_fused_mlp.py", "--quick"],
+        [sys.executable, "-m", "tools.tune_fused_mlp", "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,18 +1,18 @@
-"""Every lesson stays a lesson: at most 20% of its code is plumbing (tools/plumbing_share.py
+"""Every lesson stays a lesson: at most 20% of its code is plumbing (tools/dev/plumbing_share.py
 says what counts)."""
 
 from __future__ import annotations
 
 import textwrap
 
-from tools import plumbing_share as tool
+from tools.dev import plumbing_share as tool
 
 
 def test_every_lesson_is_at_most_a_fifth_plumbing(capsys):
     shares = {path.name: tool.measure(path) for path in tool.lessons()}
     assert {"01_matmul_add.py", "03_fused_mlp.py", "04_c_sdpa_attention.py"} <= set(shares)
     over = {name: f"{s.share:.0%}" for name, s in shares.items() if s.share > tool.LIMIT}
-    assert not over, f"plumbing over {tool.LIMIT:.0%}: {over} (tools/plumbing_share.py --lines)"
+    assert not over, f"plumbing over {tool.LIMIT:.0%}: {over} (tools/dev/plumbing_share.py --lines)"
     assert tool.main([]) == 0 and "04_d_kernels_attention.py" in capsys.readouterr().out
 
 

@@ -79,6 +79,8 @@ def test_readme_command_runs_as_shown(command, tmp_path_factory):
         (work / "tests").symlink_to(ROOT / "tests")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN",)}
     env.update(assignments(command))
+    # the README's commands run from the repository root: `python -m tools.X` finds tools/ there
+    env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run(
         to_argv(command), cwd=work, capture_output=True, text=True, timeout=600, env=env
     )

@@ -12,11 +12,9 @@ checked on a synthetic 2-rank GPU trace pair built here and on real H200 ranks (
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -33,6 +31,8 @@ from tests.helpers import (
     steps,
     torchrun_in_process,
 )
+from tools import tp_scaling
+from tools.dev import torchrun_check
 from tracereader import caches
 from tracereader.commands import compare, explain
 from tracereader.judge import expectations
@@ -46,15 +46,7 @@ RANKS = {"eager": 4, "compile": 2}  # N > 2 eager, N = 2 compiled: every launch 
 LAUNCH_TIMEOUT_S = 240  # a hung launch fails the test instead of hanging CI
 
 
-def tool(name: str):
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-
-
-check = tool("torchrun_check")  # launching, and reading what a launch left: as on the GPUs
+check = torchrun_check  # launching, and reading what a launch left: as on the GPUs
 files_under, exit_codes = check.files_under, check.exit_codes
 
 
@@ -153,7 +145,7 @@ def test_rank0_speaks_and_the_others_are_silent(eager):
     assert "4 of 4 ranks, gloo" in out and "skew of the step starts" in out  # the reading
     assert all(logs[r] == ("", "") for r in range(1, RANKS["eager"]))
     # what tools/tp_scaling.py takes from each run: --bench's line, the traces' reading
-    scaling = tool("tp_scaling")
+    scaling = tp_scaling
     summary = scaling.parse_summary(out)
     assert summary["ranks"] == 4 and summary["forward_us"] > 0 and summary["allreduce_us"] > 0
     traced = scaling.traced(out)
@@ -213,7 +205,7 @@ def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
 
 
 def test_scaling_tool_plans_any_n_the_shapes_split_over(capsys):
-    scaling = tool("tp_scaling")
+    scaling = tp_scaling
     assert scaling.main(["out", "--dry-run", "--ranks", "1,2"]) == 0
     commands = capsys.readouterr().out.splitlines()
     assert len(commands) == 8  # 2 shapes x 2 modes x 2 rank counts

@@ -3,8 +3,8 @@ ranks: every rank's trace published, or none; one line from rank 0 for a failure
 every rank exits; nothing hangs past --timeout; Ctrl-C leaves nothing. tests/test_tp_mlp.py
 checks the same on the CPU; this is for the GPUs, which CI has not.
 
-    uv run python tools/torchrun_check.py OUT                 # N = every GPU (at least 2)
-    uv run python tools/torchrun_check.py OUT --nproc 4 --device cpu
+    uv run python -m tools.dev.torchrun_check OUT                 # N = every GPU (at least 2)
+    uv run python -m tools.dev.torchrun_check OUT --nproc 4 --device cpu
 
 One torchrun launch per case, its logs and traces under OUT/<case>/; one line per case, PASS or
 FAIL and why; exit code 1 if any failed. About a minute per case on 2 H200s (--compile most).
@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from common.torchrun import FAULT_ENV  # noqa: E402
-from tracereader.commandline import Parser, positive_int  # noqa: E402
+from common.torchrun import FAULT_ENV
+from tracereader.commandline import Parser, positive_int
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SHAPE = ["--batch", "4", "--seq", "64", "--dim", "256", "--hidden", "1536"]  # splits over 1-4, 6, 8
 LAUNCH_TIMEOUT_S = 600

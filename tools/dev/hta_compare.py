@@ -1,10 +1,10 @@
 """Our reader against Holistic Trace Analysis on the same traces, with the raw events as referee.
 
-    uv run python tools/hta_compare.py TRACE.json.gz                 # one trace
-    uv run python tools/hta_compare.py RANK_FOLDER                    # the ranks of one job
-    uv run python tools/hta_compare.py FOLDER/STEM                    # STEM_rank*.json[.gz]
-    uv run python tools/hta_compare.py --each ../shared/external-traces/hta   # each file alone
-    uv run python tools/hta_compare.py --json out.json TRACE ...      # everything, as JSON
+    uv run python -m tools.dev.hta_compare TRACE.json.gz                 # one trace
+    uv run python -m tools.dev.hta_compare RANK_FOLDER                    # the ranks of one job
+    uv run python -m tools.dev.hta_compare FOLDER/STEM                    # STEM_rank*.json[.gz]
+    uv run python -m tools.dev.hta_compare --each ../shared/external-traces/hta   # each file alone
+    uv run python -m tools.dev.hta_compare --json out.json TRACE ...      # everything, as JSON
 
 Per trace (per rank) three sources side by side:
   raw     this tool's own reading: json.load of the whole file, the union of the GPU events'
@@ -14,7 +14,7 @@ Per trace (per rank) three sources side by side:
           reader's (all GPU work, or what the steps launched when the reader reads steps) and
           HTA's (what HTA keeps after filtering its steps).
   HTA     holistictraceanalysis 0.5.0 in its own environment (`uv run --no-project --with ...`
-          python tools/_hta_side.py): get_temporal_breakdown, get_comm_comp_overlap,
+          python -m tools.dev._hta_side): get_temporal_breakdown, get_comm_comp_overlap,
           get_idle_time_breakdown, with the last ProfilerStep included (HTA drops it by
           default; --hta-default-steps keeps HTA's default).
   reader  `python -m tracereader.commands.explain PATH --json` (schema_version 2) of this
@@ -42,9 +42,9 @@ from pathlib import Path
 
 from tracereader.commandline import Parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HTA_SPEC = "holistictraceanalysis==0.5.0"
-SIDE = ROOT / "tools" / "_hta_side.py"
+SIDE = ROOT / "tools" / "dev" / "_hta_side.py"
 SCHEMA_VERSION = 2
 WINDOW_KEYS = (
     "span_us",
@@ -425,7 +425,7 @@ def render(job: Job) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="tools/hta_compare.py", description=__doc__)
+    parser = Parser(prog="tools/dev/hta_compare.py", description=__doc__)
     parser.add_argument("traces", nargs="+", help="trace files, rank folders or FOLDER/STEM")
     parser.add_argument("--each", action="store_true", help="every file of a folder alone")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write all of it here")

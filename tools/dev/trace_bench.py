@@ -1,18 +1,18 @@
 """Benchmark the trace reader on large traces: wall time and peak memory of `explain`.
 
-    uv run python tools/trace_bench.py --mb 200              # make a 200 MB trace, explain it
-    uv run python tools/trace_bench.py --mb 20 --gzip        # the same, gzipped
-    uv run python tools/trace_bench.py --trace BIG.json      # explain an existing trace
-    uv run python tools/trace_bench.py --read-back T.json    # time load, check, findings
-    uv run python tools/trace_bench.py --mb 200 --one-step   # one huge step instead
-    uv run python tools/trace_bench.py --mb 20 --repo /tmp/old   # another checkout's reader
-    uv run python tools/trace_bench.py --trace T.json.gz --hta   # explain against HTA 0.5.0
-    uv run python tools/trace_bench.py --trace T.json --load     # explain against load() alone
+    uv run python -m tools.dev.trace_bench --mb 200              # make a 200 MB trace, explain it
+    uv run python -m tools.dev.trace_bench --mb 20 --gzip        # the same, gzipped
+    uv run python -m tools.dev.trace_bench --trace BIG.json      # explain an existing trace
+    uv run python -m tools.dev.trace_bench --read-back T.json    # time load, check, findings
+    uv run python -m tools.dev.trace_bench --mb 200 --one-step   # one huge step instead
+    uv run python -m tools.dev.trace_bench --mb 20 --repo /tmp/old   # another checkout's reader
+    uv run python -m tools.dev.trace_bench --trace T.json.gz --hta   # explain against HTA 0.5.0
+    uv run python -m tools.dev.trace_bench --trace T.json --load     # explain against load() alone
 
 A lesson's own long trace, read back as the lesson does:
 
     uv run 02_linear.py --device cpu --active 5000 --traces-dir /tmp/a5000
-    uv run python tools/trace_bench.py \
+    uv run python -m tools.dev.trace_bench \
         --read-back /tmp/a5000/02_linear/b1024_in32_out64_bf16_eager_w1-1-5000_cpu.json
 
 The synthetic trace is realistic: one recorded step of a real H200 trace (by default the
@@ -29,9 +29,9 @@ child, the three stages a lesson runs on its own trace after profiling (profilin
 trace_reader.load, expectations.check against the lesson's declared EXPECT, findings.read.
 
 --hta also times Holistic Trace Analysis on the same trace, in its own environment (a child
-`uv run --no-project --with holistictraceanalysis==0.5.0 python tools/_hta_side.py`; the peak
+`uv run --no-project --with holistictraceanalysis==0.5.0 python -m tools.dev._hta_side`; the peak
 RSS of that child covers the interpreter uv starts): HTA's load (TraceAnalysis: parse, align,
-filter) plus the analyses tools/hta_compare.py compares (temporal breakdown, comm/compute
+filter) plus the analyses tools/dev/hta_compare.py compares (temporal breakdown, comm/compute
 overlap, idle time breakdown), timed inside HTA's process, so its interpreter and pandas
 imports are not counted against it; our explain is timed as the whole child, start-up
 included. It prints both, their ratio, and the reader's load
@@ -54,7 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = ROOT / "tests/fixtures/h200/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json.gz"
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
 
@@ -203,17 +203,14 @@ def _child(argv: list[str], cwd: Path) -> tuple[float, float, int, bytes]:
 
 
 READ_BACK = """
-import importlib.util, json, sys, time
-from pathlib import Path
+import json, runpy, sys, time
 from tracereader.judge import expectations
 from tracereader.judge import findings
 from tracereader.trace import load as trace_reader
-spec = importlib.util.spec_from_file_location("lesson", Path({script!r}))
-lesson = importlib.util.module_from_spec(spec); sys.modules["lesson"] = lesson
-spec.loader.exec_module(lesson)
+lesson = runpy.run_path({script!r}, run_name="lesson")  # its globals: EXPECT
 t = [time.perf_counter()]
 trace = trace_reader.load({trace!r}); t.append(time.perf_counter())
-verdict = expectations.check(trace, lesson.EXPECT[{mode!r}]); t.append(time.perf_counter())
+verdict = expectations.check(trace, lesson["EXPECT"][{mode!r}]); t.append(time.perf_counter())
 found = findings.read(trace); t.append(time.perf_counter())
 print(json.dumps({{"load": t[1] - t[0], "check": t[2] - t[1], "findings": t[3] - t[2],
     "steps": len(trace.steps), "ok": verdict.ok}}), file=sys.stderr)
@@ -280,7 +277,7 @@ def against_hta(trace: Path, repo: Path, explain_s: float | None, spec: str) -> 
     with tempfile.TemporaryDirectory(prefix="trace_bench_hta_") as tmp:
         out = Path(tmp) / "hta.json"
         argv = ["uv", "run", "--no-project", "--with", spec, "python"]
-        argv += [str(ROOT / "tools/_hta_side.py"), "--out", str(out)]
+        argv += [str(ROOT / "tools/dev/_hta_side.py"), "--out", str(out)]
         wall, rss, rc, err = _child([*argv, str(trace)], repo)
         if rc != 0 or not out.exists():
             print(f"HTA failed (exit {rc}): {err.decode(errors='replace').strip()[-500:]}")
@@ -301,7 +298,7 @@ def against_hta(trace: Path, repo: Path, explain_s: float | None, spec: str) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="tools/trace_bench.py",
+        prog="tools/dev/trace_bench.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

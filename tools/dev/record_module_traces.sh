@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The GPU run for the reader's nn.Module attribution (issue 15): a Llama-shaped training step
 # (transformers) and timm's ResNet-50 training step recorded with their module events
-# (tools/record_model_traces.py --with-modules), then each read back: the summary, the whole
+# (tools/dev/record_model_traces.py --with-modules), then each read back: the summary, the whole
 # module tree and the JSON, into OUT_DIR, and one line per trace saying where its GPU time
 # went (inside modules, launched from threads without module events, outside modules).
-#   bash tools/record_module_traces.sh OUT_DIR [--tiny --device cpu]
+#   bash tools/dev/record_module_traces.sh OUT_DIR [--tiny --device cpu]
 # PYTHON=python3 where transformers and timm are installed (the GPU machine, without network).
 set -u
-out=${1:?usage: tools/record_module_traces.sh OUT_DIR [--tiny --device cpu]}
+out=${1:?usage: tools/dev/record_module_traces.sh OUT_DIR [--tiny --device cpu]}
 shift
 py=${PYTHON:-uv run --with transformers>=5 --with timm python}
 mkdir -p "$out"
-$py tools/record_model_traces.py --with-modules --only llama_train,timm_train --out "$out" "$@"
+$py -m tools.dev.record_model_traces --with-modules --only llama_train,timm_train --out "$out" "$@"
 rc=$?
 for trace in "$out"/*_modules*.json.gz; do
     [ -e "$trace" ] || continue

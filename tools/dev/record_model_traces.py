@@ -1,5 +1,5 @@
-"""Record real model traces for the reader and for tools/hta_compare.py: the kind of trace a user
-brings, not a lesson's. One command writes every trace, gzipped, and a provenance JSON beside
+"""Record real model traces for the reader and for tools/dev/hta_compare.py: the kind of trace a
+user brings, not a lesson's. One command writes every trace, gzipped, and a provenance JSON beside
 them (device, versions, shapes, sizes, date):
 
     llama_train       a Llama-shaped decoder (transformers' LlamaForCausalLM built from a
@@ -15,9 +15,9 @@ steps, each inside its ProfilerStep#N. Models come from configs, never from the 
 machine has no network); transformers and timm are not dependencies of the project:
 
     # on a GPU (the lead's H100; about 2-3 minutes, most of it compiling):
-    uv run --with 'transformers>=5' --with timm python tools/record_model_traces.py --out $OUT
+    uv run --with 'transformers>=5' --with timm python -m tools.dev.record_model_traces --out $OUT
     # anywhere, tiny configs on the CPU (what tests/test_record_model_traces.py runs):
-    uv run --with 'transformers>=5' --with timm python tools/record_model_traces.py \
+    uv run --with 'transformers>=5' --with timm python -m tools.dev.record_model_traces \
         --tiny --device cpu --out /tmp/model_traces
 
 --only picks some of the four (comma-separated). A trace is written under a temporary name and
@@ -30,7 +30,7 @@ the file and nothing the reader uses: those are dropped after export, the nn.Mod
 kept (the provenance says so). A compiled model records only its outermost module, so this is
 for the eager recordings:
 
-    uv run --with 'transformers>=5' --with timm python tools/record_model_traces.py \
+    uv run --with 'transformers>=5' --with timm python -m tools.dev.record_model_traces \
         --with-modules --only llama_train,timm_train --out $OUT
 """
 
@@ -230,7 +230,7 @@ def device_facts(device: torch.device) -> dict:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(prog="tools/record_model_traces.py", description=__doc__)
+    parser = Parser(prog="tools/dev/record_model_traces.py", description=__doc__)
     parser.add_argument(
         "--out",
         type=Path,
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": device_facts(device),
         "versions": versions(),
-        "command": " ".join(["tools/record_model_traces.py", *(argv or sys.argv[1:])]),
+        "command": " ".join(["tools/dev/record_model_traces.py", *(argv or sys.argv[1:])]),
         "traces": records,
         "failed": failed,
     }

@@ -2,10 +2,10 @@
 # The GPU runs of 06_train_step (issue 17) at the documented GPU shape: each optimizer and
 # precision, eager or compiled, with --strict --bench; or --memory. Logs, traces and memory
 # PNGs/snapshots go to OUT_DIR; a summary of every run's checks is printed at the end.
-#   bash tools/train_step_gpu.sh OUT_DIR eager|compile|memory     (PYTHON=python3 without uv)
+#   bash tools/dev/train_step_gpu.sh OUT_DIR eager|compile|memory     (PYTHON=python3 without uv)
 set -u
-out=${1:?usage: tools/train_step_gpu.sh OUT_DIR eager|compile|memory}
-what=${2:?usage: tools/train_step_gpu.sh OUT_DIR eager|compile|memory}
+out=${1:?usage: tools/dev/train_step_gpu.sh OUT_DIR eager|compile|memory}
+what=${2:?usage: tools/dev/train_step_gpu.sh OUT_DIR eager|compile|memory}
 py=${PYTHON:-uv run python}
 shape="--batch 8 --seq 1024 --dim 1024 --hidden 4096 --heads 16 --layers 4 --vocab 32768"
 mkdir -p "$out"

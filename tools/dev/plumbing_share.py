@@ -19,8 +19,8 @@ trace, and the calls that set the run up and wind it down):
   knobs      a top-level statement that is neither a definition nor an assignment
              (environment or interpreter settings, warning filters).
 
-    uv run python tools/plumbing_share.py            (every lesson)
-    uv run python tools/plumbing_share.py 03_fused_mlp.py --lines   (which lines, and why)
+    uv run python -m tools.dev.plumbing_share            (every lesson)
+    uv run python -m tools.dev.plumbing_share 03_fused_mlp.py --lines   (which lines, and why)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 0.20  # the share every lesson stays under (tests/test_plumbing_share.py)
 PARSING = {"add_argument", "make_parser", "parse_args"}
 GUESS = {"Expect", "traffic"}  # names that make a definition part of the lesson's guess
@@ -52,8 +52,8 @@ class Share:
 
 
 def lessons() -> list[Path]:
-    """The numbered lessons (03_shape_sweep.py is a measuring tool with a number, not a lesson)."""
-    return sorted(p for p in ROOT.glob("0[0-9]_*.py") if p.stem != "03_shape_sweep")
+    """The numbered lessons."""
+    return sorted(ROOT.glob("0[0-9]_*.py"))
 
 
 def measure(path: Path) -> Share:

@@ -1,8 +1,8 @@
-"""Holistic Trace Analysis' numbers for traces, as JSON: the helper of tools/hta_compare.py and
-tools/trace_bench.py. It runs in HTA's own environment, never in the project's:
+"""Holistic Trace Analysis' numbers for traces, as JSON: the helper of tools/dev/hta_compare.py and
+tools/dev/trace_bench.py. It runs in HTA's own environment, never in the project's:
 
     uv run --no-project --with holistictraceanalysis==0.5.0 \
-        python tools/_hta_side.py --out hta.json TRACE_OR_FOLDER...
+        python -m tools.dev._hta_side --out hta.json TRACE_OR_FOLDER...
 
 A file is read as one trace (HTA names its rank from the file's first `"rank": N`), a folder as
 HTA reads a job (every .json/.gz directly inside it), `A::B::...` as one job of those files.

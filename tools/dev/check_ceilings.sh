@@ -5,9 +5,9 @@
 # Fails (exit 1) on a failing run or on any line that puts a kernel or a forward above a
 # measured ceiling (bytes served from the L2 faster than HBM allows are said, not failed).
 # The ceilings are measured afresh into OUT_DIR/cache/ (XDG_CACHE_HOME); logs go to OUT_DIR.
-#   bash tools/check_ceilings.sh OUT_DIR [all|lessons|tuner]   (PYTHON=python3 without uv)
+#   bash tools/dev/check_ceilings.sh OUT_DIR [all|lessons|tuner]   (PYTHON=python3 without uv)
 set -u
-out=${1:?usage: tools/check_ceilings.sh OUT_DIR [all|lessons|tuner]}
+out=${1:?usage: tools/dev/check_ceilings.sh OUT_DIR [all|lessons|tuner]}
 part=${2:-all}
 py=${PYTHON:-uv run python}
 mkdir -p "$out"
@@ -47,14 +47,14 @@ lessons() {
     run tp_mlp_1_rank $py -m torch.distributed.run --nproc-per-node 1 05_tp_mlp.py $mlp
 }
 tuner() {
-    echo "=== tools/tune_fused_mlp.py --quick" | tee "$out/tuner.log"
-    $py tools/tune_fused_mlp.py --quick >> "$out/tuner.log" 2>&1 || failed+=("tuner (exit $?)")
+    echo "=== python -m tools.tune_fused_mlp --quick" | tee "$out/tuner.log"
+    $py -m tools.tune_fused_mlp --quick >> "$out/tuner.log" 2>&1 || failed+=("tuner (exit $?)")
 }
 case $part in
     all) lessons; tuner ;;
     lessons) lessons ;;
     tuner) tuner ;;
-    *) echo "usage: tools/check_ceilings.sh OUT_DIR [all|lessons|tuner]" >&2; exit 2 ;;
+    *) echo "usage: tools/dev/check_ceilings.sh OUT_DIR [all|lessons|tuner]" >&2; exit 2 ;;
 esac
 cp "$XDG_CACHE_HOME/profiling-pytorch/ceilings.json" "$out/" 2>/dev/null
 # What to read: the ceilings against the datasheet, each forward and kernel against them.

@@ -3,13 +3,13 @@
 # each with --strict --bench: at N=1 the compute baseline (FSDP2 issues no collective), eager
 # and compiled; at N>1 (a machine with N GPUs) also --no-reshard-after-forward and --prefetch.
 # Logs, versions and traces go to OUT_DIR; each run's checks and readings are printed.
-#   bash tools/fsdp_gpu.sh OUT_DIR            # N=1, one GPU
-#   bash tools/fsdp_gpu.sh OUT_DIR 2          # N=2 (likewise 4, 8)      (PYTHON=python3 without uv)
-#   bash tools/fsdp_gpu.sh OUT_DIR 2 comm     # the same weights, 16x fewer tokens per rank:
+#   bash tools/dev/fsdp_gpu.sh OUT_DIR            # N=1, one GPU
+#   bash tools/dev/fsdp_gpu.sh OUT_DIR 2          # N=2 (likewise 4, 8)      (PYTHON=python3 without uv)
+#   bash tools/dev/fsdp_gpu.sh OUT_DIR 2 comm     # the same weights, 16x fewer tokens per rank:
 #                                             # compute no longer hides the all-gathers
-# The traces are packed into OUT_DIR/traces.tgz (rank folders for tools/hta_compare.py).
+# The traces are packed into OUT_DIR/traces.tgz (rank folders for tools/dev/hta_compare.py).
 set -u
-out=${1:?usage: tools/fsdp_gpu.sh OUT_DIR [RANKS] [gpu|comm]}
+out=${1:?usage: tools/dev/fsdp_gpu.sh OUT_DIR [RANKS] [gpu|comm]}
 n=${2:-1}
 py=${PYTHON:-uv run python}
 case ${3:-gpu} in

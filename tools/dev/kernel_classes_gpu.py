@@ -7,7 +7,7 @@ backends, CUB sorts and scans, an Inductor kernel), prints every kernel name wit
 detail and precision, and checks each workload against what it must show. Kernel names differ by
 architecture: this is how a new GPU's names are checked.
 
-    uv run python tools/kernel_classes_gpu.py OUT_DIR        (needs a CUDA GPU)
+    uv run python -m tools.dev.kernel_classes_gpu OUT_DIR        (needs a CUDA GPU)
 
 Writes OUT_DIR/kernel_classes.json (device, versions, date, every name read); exits 1 when a
 workload's kernels are not what it must show.
@@ -25,9 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32  # noqa: E402
-from tracereader.names.kernel_names import classify  # noqa: E402
+from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
+from tracereader.names.kernel_names import classify
 
 
 @dataclass

@@ -46,20 +46,18 @@ Guess first:
   fused against compile what removing HBM traffic buys (fewer bytes, one kernel fewer), and
   fused-graph against fused what launches still cost once the traffic is gone.
 
-    uv run 03_shape_sweep.py
-    uv run 03_shape_sweep.py --shapes 8x128,32x128,64x256 --variants eager,compile,liger
-    uv run 03_shape_sweep.py --shapes 8x128,64x128 --variants eager,compile,cuda-graph,fused
+    uv run python -m tools.shape_sweep
+    uv run python -m tools.shape_sweep --shapes 8x128,32x128,64x256 --variants eager,compile,liger
+    uv run python -m tools.shape_sweep --shapes 8x128,64x128 --variants eager,cuda-graph,fused
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import sys
 import time
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
@@ -68,10 +66,10 @@ from torch.profiler import profile
 import quack_gemm
 from common import check, cli, outputs, profiling
 from common.measuring import sweep_report, timing
-from models import GeGLUMLP, geglu_reference
+from models import GeGLUMLP, geglu_reference, liger_geglu_mlp
 from tracereader.names.kernel_names import classify
 
-SCRIPT = "03_shape_sweep"
+SCRIPT = "shape_sweep"
 VARIANTS = (
     "eager",
     "compile",
@@ -164,7 +162,7 @@ def parse_variants(text: str) -> list[str]:
 
 
 def parse(argv):
-    parser = cli.Parser(prog=f"{SCRIPT}.py", description=__doc__)
+    parser = cli.Parser(prog=f"python -m tools.{SCRIPT}", description=__doc__)
     parser.add_argument(
         "--shapes",
         type=parse_shapes,
@@ -197,17 +195,11 @@ def parse(argv):
         "(default: torch's own, "
         f"{torch._dynamo.config.recompile_limit})",
     )
-    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
-    parser.add_argument("--dtype", choices=list(cli.DTYPES), default="bf16")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--traces-dir",
-        "--traces_dir",
-        default="traces",
-        metavar="DIR",
-        help="the table (.txt), rows (.csv) and plot (.png) go to "
-        "DIR/03_shape_sweep/ (default: traces)",
-    )
+    # the lessons' own flags, refused alike: the table (.txt), rows (.csv) and plot (.png) go
+    # to DIR/shape_sweep/
+    cli.add_device_flags(parser)
+    cli.add_traces_dir_flag(parser)
+    cli.add_seed_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -389,24 +381,8 @@ def _listed(names) -> str:
     return f"{', '.join(rest)} and {last}" if rest else last
 
 
-class Lessons:
-    """Where the variants' modules come from: models.py and 03_kernels_mlp's Liger loader
-    (a file name that starts with a digit can only be imported this way); fused_geglu only
-    when asked for, because it registers its custom op when imported."""
-
-    def __init__(self):
-        self.kernels = importlib.import_module("03_kernels_mlp")  # Liger's loader
-
-    @cached_property
-    def fused(self):
-        import fused_geglu
-
-        return fused_geglu
-
-
 def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
     """Every variant over every shape, Dynamo reset between variants; yields one Row per pair."""
-    lessons = Lessons()
     for variant in variants:
         torch._dynamo.reset()  # each variant starts with empty compile caches and CUDA graphs
         counters.clear()
@@ -415,7 +391,7 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
         for batch, seq, hidden in shapes:
             if hidden not in modules:
                 modules[hidden], references[hidden] = build(
-                    variant, args.dim, hidden, run, lessons, args.seed
+                    variant, args.dim, hidden, run, args.seed
                 )
                 forwards[hidden] = make_forward(variant, modules[hidden])
             fn = forwards[hidden]
@@ -478,7 +454,7 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
 
 
 def build(
-    variant: str, dim: int, hidden: int, run, lessons, seed: int
+    variant: str, dim: int, hidden: int, run, seed: int
 ) -> tuple[torch.nn.Module, torch.nn.Module]:
     """The variant's module and the module its output is checked against (float32 reference).
 
@@ -487,17 +463,14 @@ def build(
     weights of a GeGLUMLP built from the seed (and is checked against that module)."""
     torch.manual_seed(seed)
     if variant == "liger":
-        from common import kernel_source
-
-        kernels = lessons.kernels
-        layers, source = kernel_source.liger_layers(kernels.fetch_liger_layers, kernels.REPO_ID)
+        module, source = liger_geglu_mlp(dim, hidden)
         print(f"kernels: {source}")
-        config = kernels.GeGLUConfig(hidden_size=dim, intermediate_size=hidden)
-        module = layers.LigerGEGLUMLP(config).to(run.device, run.dtype).eval()
+        module = module.to(run.device, run.dtype).eval()
         return module, module
     mlp = GeGLUMLP(dim, hidden).to(run.device, run.dtype).eval()
     if variant in ("fused", "fused-graph"):
-        fused = lessons.fused
+        import fused_geglu as fused  # only when asked for: importing it registers its custom op
+
         # The lesson's own choice: Hopper's TMA kernel on compute capability 9.x (bf16, fp16),
         # else the plain one; its fixed configuration for that path and dtype.
         kernel = fused.choose_kernel("auto", run, dim, hidden)

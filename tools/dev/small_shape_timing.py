@@ -6,20 +6,18 @@ time to issue one call, and the GPU time of the forward's kernels (profiled). Al
 flush itself. Where the host needs longer to issue a call than the GPU needs for the flush,
 do_bench's sample contains the difference, and it moves with the host.
 
-    uv run python tools/small_shape_timing.py            (needs a CUDA GPU)
+    uv run python -m tools.dev.small_shape_timing            (needs a CUDA GPU)
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common.measuring import timing  # noqa: E402
-from models import GeGLUMLP  # noqa: E402
+from common.measuring import timing
+from models import GeGLUMLP
 
 REPEATS = 5
 

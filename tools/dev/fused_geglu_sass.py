@@ -9,8 +9,8 @@ MMAs (HGMMA), TMA loads and stores (UTMALDG, UTMASTG), stores to shared memory b
 specialization split the loop into producer and consumer warps). Static counts in the code,
 not executions. Triton compiles with its own ptxas and reads the cubin with its own cuobjdump.
 
-    uv run python tools/fused_geglu_sass.py                     (the committed Hopper configs)
-    uv run python tools/fused_geglu_sass.py --candidates hopper-epi     (the tuner's list)
+    uv run python -m tools.dev.fused_geglu_sass                     (the committed Hopper configs)
+    uv run python -m tools.dev.fused_geglu_sass --candidates hopper-epi     (the tuner's list)
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import fused_geglu  # noqa: E402
-from tracereader.commandline import one_line  # noqa: E402
+import fused_geglu
+from tracereader.commandline import one_line
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OPS = ("MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "UTMALDG", "UTMASTG", "STSM", "SETMAXNREG")
 KERNELS = {
@@ -72,7 +72,7 @@ def sass_counts(cubin: bytes) -> tuple[int | None, dict[str, int]]:
 
 
 def load_tuner():
-    from tools import tune_fused_mlp  # its candidate lists (ROOT is on sys.path)
+    from tools import tune_fused_mlp  # its candidate lists
 
     return tune_fused_mlp
 

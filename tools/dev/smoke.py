@@ -3,9 +3,9 @@
 The GPU smoke test to run before any change to docs/ measurements (it works on a CPU too, with
 the lessons a CPU can run):
 
-    python3 tools/smoke.py --logs OUT                  # on the GPU machine: tiny shapes
-    python3 tools/smoke.py --shapes posts --logs OUT   # the posts' shapes
-    uv run python tools/smoke.py --device cpu --only 02_linear,03_simple_mlp
+    python3 -m tools.dev.smoke --logs OUT                  # on the GPU machine: tiny shapes
+    python3 -m tools.dev.smoke --shapes posts --logs OUT   # the posts' shapes
+    uv run python -m tools.dev.smoke --device cpu --only 02_linear,03_simple_mlp
 
 A run fails on a non-zero exit code (a wrong output is 1, a --strict mismatch 3), on a
 MISMATCH anywhere in its output, and on any figure above 100% of a ceiling in --bench's
@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SHAPES = {
     "tiny": {

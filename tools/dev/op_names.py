@@ -7,7 +7,7 @@ own inductor_prims (prepare_softmax_online) and higher-order ops (flex_attention
 names holding an underscore are written: a name without one is one token of the kernel name
 anyway. Run it when torch adds ops; --check says whether the module is torch's list:
 
-    uv run python tools/op_names.py [--check]
+    uv run python -m tools.dev.op_names [--check]
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "tracereader" / "names" / "op_names.py"
 NAMESPACES = ("aten", "prims", "inductor_prims")
 
@@ -40,7 +39,7 @@ def module_text(names: set[str], version: str) -> str:
     return (
         f'"""torch {version}\'s op names that hold an underscore (aten, prims, inductor_prims,\n'
         "higher-order ops), for splitting Inductor's kernel names without torch.\n\n"
-        'Written by tools/op_names.py: run it again rather than editing."""\n\n'
+        'Written by tools/dev/op_names.py: run it again rather than editing."""\n\n'
         f'NAMES = """\n{body}\n"""\n'
     )
 

@@ -7,7 +7,7 @@ timing is ncu's. Kernel names: fused_gate_up_geglu_tma_kernel (hopper),
 fused_gate_up_geglu_tma_epi_kernel (hopper-epi), QuACK's kernel_cutlass_kernel_quack...
 
     ncu --clock-control none --set full -k regex:'fused_gate_up|quack' -o OUT/post \\
-        python3 tools/ncu_fused_mlp.py --configs hopper,hopper-epi --quack      (GPU only)
+        python3 -m tools.dev.ncu_fused_mlp --configs hopper,hopper-epi --quack      (GPU only)
     ncu --import OUT/post.ncu-rep --print-summary per-kernel
 """
 
@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import fused_geglu  # noqa: E402
-import quack_gemm  # noqa: E402
-from common import check, cli  # noqa: E402
+import fused_geglu
+import quack_gemm
+from common import check, cli
 
 
 def main() -> int:
