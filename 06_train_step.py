@@ -53,7 +53,7 @@ from torch.profiler import profile, record_function, schedule
 import tracereader
 from common import cli, memory, outputs, profiling, training
 from common.measuring import timing, traffic
-from common.training import reference_step as reference
+from common.training import reference_step
 from models import TinyLM
 from tracereader import Expect
 
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
 
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     loss = profiling.warm_up(step, run, calls=1, compiling=args.compile)
-    ref_loss, ref_after = reference(fp32_model, tokens, targets, lr=LR)
+    ref_loss, ref_after = reference_step(fp32_model, tokens, targets, lr=LR)
     after = dict(model.named_parameters())
     training.against_reference_step(
         float(loss), ref_loss, before, after, ref_after, lr=LR, precision=args.precision

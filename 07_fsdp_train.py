@@ -56,10 +56,9 @@ from torch.profiler import profile, record_function, schedule
 import tracereader
 from common import cli, outputs, profiling, torchrun, training
 from common.measuring import bench_ranks
-from common.training import reference_step as reference
+from common.training import reference_step
 from models import TinyLM
-from tracereader import Expect
-from tracereader.units import bytes_text
+from tracereader import Expect, bytes_text
 
 SCRIPT = "07_fsdp_train"
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
@@ -127,9 +126,6 @@ def expectation(layers: int, *, reshard: bool, world: int) -> tuple[Expect, dict
                    cpu_present=(*PHASES, *fsdp, *issue),
                    why="all-gathers and reduce-scatters issued by FSDP's hooks")  # fmt: skip
     return every, per_phase
-
-
-EXPECT = expectation  # (what every step holds, the collectives per phase), for a run's shape
 
 
 def check_rank(trace, expect: Expect, want: dict[str, Counter]) -> tuple[bool, str]:
@@ -240,7 +236,7 @@ def main(argv=None) -> int:
     after = {n: p.full_tensor() for n, p in model.named_parameters()}  # every rank gathers
     if launch.rank == 0:
         before = {n: p.detach() for n, p in fp32_model.named_parameters()}
-        ref_loss, ref_after = reference(fp32_model, data[0], data[1], lr=LR)
+        ref_loss, ref_after = reference_step(fp32_model, data[0], data[1], lr=LR)
         precision = "fp32" if param_dtype is None else "fsdp-bf16"
         training.against_reference_step(float(loss) / launch.world, ref_loss, before, after,
                                         ref_after, lr=LR, precision=precision)  # fmt: skip
@@ -274,7 +270,7 @@ def main(argv=None) -> int:
         return 0
 
     profiling.show(table, out, run)
-    expect, want = EXPECT(args.layers, reshard=args.reshard_after_forward, world=group.world)
+    expect, want = expectation(args.layers, reshard=args.reshard_after_forward, world=group.world)
     if group.world == 1:
         print("one rank: FSDP2 skips its all-gathers and reduce-scatters (nothing to gather or "
               "reduce); this run is the compute baseline for N > 1")  # fmt: skip

@@ -147,6 +147,26 @@ def make_parser(doc: str | None, *, prog: str, bench_help: str = BENCH_HELP) -> 
     return parser
 
 
+def parse_warm_or_cold(
+    parser: Parser, argv, *, calls: int, warm: tuple, cold: tuple
+) -> argparse.Namespace:
+    """Part 1's --warmup, parsed: a warm run makes `calls` calls before profiling and keeps the
+    `warm` schedule (wait, warmup, active); a cold run records from its first call, with the
+    `cold` one. --wait and --warmup-steps given by hand win over either."""
+    parser.add_argument(
+        "--warmup",
+        action="store_true",
+        help=f"call the function {calls} times before profiling; "
+        "without it the run is cold and records from its first call (default: cold)",
+    )
+    parser.set_defaults(wait=None, warmup_steps=None)  # their defaults depend on --warmup
+    args = parser.parse_args(argv)
+    wait, warmup, _ = warm if args.warmup else cold
+    args.wait = wait if args.wait is None else args.wait
+    args.warmup_steps = warmup if args.warmup_steps is None else args.warmup_steps
+    return args
+
+
 def add_device_flags(parser: argparse.ArgumentParser) -> None:
     """--device and --dtype: every script and tool that runs a module takes them alike."""
     parser.add_argument(

@@ -19,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 import tracereader
-from common.cli import Run, command_hint, compile_in_process
+from common.cli import Run, UsageError, command_hint, compile_in_process, one_line
 from common.outputs import Outputs
 from tracereader import Expect
 from tracereader.trace.model import Trace
@@ -78,14 +78,24 @@ def warm_up(
     *,
     calls: int = WARMUP_CALLS,
     compiling: bool = False,
+    uncompiled: str | None = None,
 ) -> torch.Tensor:
     """Run the step a few times so lazy start-up costs stay out of the trace.
 
     Under torch.compile the first call compiles; its time is printed apart because it is
-    paid once per shape, not per step.
+    paid once per shape, not per step. `uncompiled` ("MODULE: what to do instead"): a module
+    torch.compile may fail on; its failure is then one line (exit 2), not a traceback.
     """
     start = time.perf_counter()
-    out = step()
+    try:
+        out = step()
+    except Exception as err:
+        if not (compiling and uncompiled):
+            raise
+        what, _, advice = uncompiled.partition(": ")
+        raise UsageError(
+            f"torch.compile could not compile {what} ({one_line(err)}); {advice}"
+        ) from None
     synchronize(run)
     if compiling:
         print(

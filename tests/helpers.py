@@ -20,17 +20,8 @@ EXTERNAL_TRACES = next(
     ROOT.parent / "shared/external-traces",
 )
 
+
 # The torch.profiler calls the posts teach: every lesson shows them in its own source.
-PROFILER_CALLS = (
-    "with profile(",
-    "schedule=schedule(",
-    "with record_function(ANNOTATION)",
-    "prof.step()",
-    "prof.export_chrome_trace(",
-    "prof.key_averages().table(",
-)
-
-
 @cache
 def load_script(name: str):
     """Import `01_matmul_add.py` and friends (their names are not valid module names); a tool

@@ -27,7 +27,6 @@ from common import torchrun
 from models import TinyLM
 from tests.helpers import (
     EXTERNAL_TRACES,
-    PROFILER_CALLS,
     ROOT,
     inside,
     load_script,
@@ -173,7 +172,7 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     assert "all-gather: 18 in all" in text and "reduce-scatter: 9 in all" in text
     for rank in range(2):  # the lesson's count by phase, through the reader
         trace = trace_reader.load(rank_trace(folder, rank))
-        _, per_phase = lesson.EXPECT(LAYERS, reshard=True, world=2)
+        _, per_phase = lesson.expectation(LAYERS, reshard=True, world=2)
         assert tracereader.collectives_by_phase(trace, lesson.PHASES) == per_phase
 
 
@@ -279,21 +278,26 @@ def test_no_reshard_after_forward_drops_the_backward_all_gathers(reshard, fake_t
     assert seen["forward"] == Counter({"all-gather": LAYERS + 1})
     assert seen["backward"]["reduce-scatter"] == LAYERS + 1
     assert seen["backward"]["all-gather"] == (LAYERS + 1 if reshard else 0)
-    assert seen == lesson.EXPECT(LAYERS, reshard=reshard, world=2)[1]
+    assert seen == lesson.expectation(LAYERS, reshard=reshard, world=2)[1]
 
 
-def test_the_lesson_shows_its_plan_and_profiler_loop():
-    source = (ROOT / SCRIPT).read_text()
-    for call in (
-        "fully_shard(block, mesh=mesh",
-        "fully_shard(model, mesh=mesh",
-        "MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)",
-        "set_modules_to_forward_prefetch(",
-        "set_modules_to_backward_prefetch(",
-        ".full_tensor()",
-        *PROFILER_CALLS,
-    ):
-        assert call in source
+def test_the_plan_shards_every_block_and_the_root_over_the_ranks(fake_two_ranks):
+    """L + 1 FSDP groups, each parameter split in two along its first dim: what the
+    collectives per phase (one all-gather and one reduce-scatter per group) follow from."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = init_device_mesh("cpu", (2,))
+    model = lesson.shard(
+        TinyLM(64, 32, 64, 2, LAYERS), mesh, param_dtype=torch.bfloat16, reshard=True,
+        prefetch=True,
+    )  # fmt: skip
+    assert isinstance(model, FSDPModule)
+    assert all(isinstance(block, FSDPModule) for block in model.blocks)
+    for name, p in model.named_parameters():
+        assert isinstance(p, DTensor) and p.placements == (Shard(0),), name
+        assert p.to_local().shape[0] == -(-p.shape[0] // 2), name  # this rank's half
 
 
 @pytest.mark.slow

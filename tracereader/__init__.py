@@ -16,10 +16,10 @@ Its layers, each a folder or file, import only from the ones above them in this 
     render/     text and JSON of a reading, of a diff, of a run: they format, compute nothing
     commands/   explain and compare: argv -> reading -> render
 
-This module is the one door the lessons use: `load`, `read`, `read_run`, `run_text`, `Expect`,
-`check`, and the lessons' own readings: the training phases (`phase_steps`, `phase_line`,
-`launched_under`, `collectives_by_phase`) and 04_c's (`sdpa_row`, `host_time`). Nothing here
-imports torch or the lessons' plumbing in `common/`.
+This module is the one door the lessons use: `load`, `read`, `read_run`, `run_text`,
+`bytes_text`, `Expect`, `check`, and the lessons' own readings: the training phases
+(`phase_steps`, `phase_line`, `launched_under`, `collectives_by_phase`) and 04_c's
+(`sdpa_row`, `host_time`). Nothing here imports torch or the lessons' plumbing in `common/`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ _DOOR = {
     "read": ("tracereader.reading", "Reading"),
     "read_run": ("tracereader.reading", "read_run"),
     "run_text": ("tracereader.render.ranks", "text"),
+    "bytes_text": ("tracereader.units", "bytes_text"),
     "Expect": ("tracereader.judge.expectations", "Expect"),
     "check": ("tracereader.judge.expectations", "check"),
     "phase_steps": ("tracereader.analyses.training", "phase_steps"),

@@ -1,4 +1,5 @@
-"""How much of each lesson is plumbing, by one fixed definition; tests hold every lesson under 20%.
+"""How much of each lesson is plumbing, by one fixed definition; tests hold every lesson under 30%
+(docs/plumbing.md: each lesson's share).
 
 Counted: the lesson's code lines (not blank) after its docstring, less the imports and the
 closing `if __name__ == "__main__":` (every script has both: neither lesson nor plumbing). A
@@ -7,8 +8,8 @@ except clause counts, as a refusal.
 A comment counts with the statement below it.
 
 Plumbing, by the Python syntax tree (the rest is the lesson: the module, its reference, EXPECT,
-the traffic model, building the module and its inputs, the profiler loop, the reading of its
-trace, and the calls that set the run up and wind it down):
+the traffic model, building the module and its inputs, the warm-up, the correctness check, the
+profiler loop, the reading of its trace):
   parsing    a function that builds or runs the argument parser (add_argument, make_parser,
              parse_args);
   refusals   a raise; an if whose body ends in a raise (the test and its message); a try's
@@ -17,7 +18,11 @@ trace, and the calls that set the run up and wind it down):
              library, the lesson's guess (Expect, traffic) or a definition that does: text,
              tags, tables, bookkeeping;
   knobs      a top-level statement that is neither a definition nor an assignment
-             (environment or interpreter settings, warning filters).
+             (environment or interpreter settings, warning filters);
+  set-up     a statement whose call sets the run up or winds it down (SET_UP: parsing the
+             flags, picking the device, the memory estimate, naming and publishing the
+             files, printing the table, the exit code), and the header of a `with` that
+             publishes.
 
     uv run python -m tools.dev.plumbing_share            (every lesson)
     uv run python -m tools.dev.plumbing_share 03_fused_mlp.py --lines   (which lines, and why)
@@ -32,9 +37,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LIMIT = 0.20  # the share every lesson stays under (tests/test_plumbing_share.py)
+LIMIT = 0.30  # the share every lesson stays under (tests/test_plumbing_share.py)
 PARSING = {"add_argument", "make_parser", "parse_args"}
 GUESS = {"Expect", "traffic"}  # names that make a definition part of the lesson's guess
+# The calls that set a run up and wind it down, from common/ (and the lesson's own parse):
+# what every lesson does alike around its module and its profiler loop.
+SET_UP = {
+    "parse",
+    "resolve",
+    "require_gpu",
+    "refuse_compile",
+    "ensure_fits",
+    "prepare",
+    "init_process_group",
+    "launched",
+    "reset_peak_memory",
+    "publishing",
+    "show",
+    "rank_files",
+    "finish",
+}
 # A definition that uses names imported from these is the lesson's: PyTorch, Triton, and the
 # kernels Hub's library (03_kernels and 04_d teach its get_kernel).
 LIBRARIES = ("torch", "triton", "kernels")
@@ -103,6 +125,14 @@ def measure(path: Path) -> Share:
         elif not isinstance(node, ast.Assign | ast.AnnAssign):
             mark(node, "knobs")
         for inner in ast.walk(node):
+            if _sets_up(inner):
+                mark(inner, "set-up")
+            elif isinstance(inner, ast.With) and any(
+                _call_name(item.context_expr) in SET_UP for item in inner.items
+            ):
+                for n in range(inner.lineno, inner.body[0].lineno):  # its header, not its body
+                    if n in counted:
+                        result.plumbing.setdefault(n, "set-up")
             if isinstance(inner, ast.Raise):
                 mark(inner, "refusals")
             elif isinstance(inner, ast.If) and isinstance(inner.body[-1], ast.Raise):
@@ -110,6 +140,20 @@ def measure(path: Path) -> Share:
             elif isinstance(inner, ast.ExceptHandler):
                 mark(inner, "refusals")
     return result
+
+
+def _call_name(node: ast.AST | None) -> str:
+    if not isinstance(node, ast.Call):
+        return ""
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def _sets_up(node: ast.AST) -> bool:
+    """A statement whose own call (`x = call(...)`, `call(...)`, `return call(...)`) is one of
+    SET_UP."""
+    if isinstance(node, ast.Expr | ast.Assign | ast.AnnAssign | ast.Return):
+        return _call_name(node.value) in SET_UP
+    return False
 
 
 def _span(node: ast.AST, lines: list[str]) -> set[int]:
