@@ -27,7 +27,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, outputs, profiling
 from common.measuring import bench, traffic
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "01_matmul_add"
 ANNOTATION = "matmul_add"
@@ -86,18 +86,10 @@ def parse(argv):
         default=64,
         help="x, w and b are [size, size]; 64 is overhead-bound, 4096 compute-bound (default: 64)",
     )
-    parser.add_argument(
-        "--warmup",
-        action="store_true",
-        help=f"call the function {profiling.WARMUP_CALLS} times before profiling; "
-        "without it the run is cold and records from its first call (default: cold)",
+    # --warmup, and the schedule it implies: WARM_SCHEDULE with it, COLD_SCHEDULE without
+    return cli.parse_warm_or_cold(
+        parser, argv, calls=profiling.WARMUP_CALLS, warm=WARM_SCHEDULE, cold=COLD_SCHEDULE
     )
-    parser.set_defaults(wait=None, warmup_steps=None)  # their defaults depend on --warmup
-    args = parser.parse_args(argv)
-    wait, warmup, _ = WARM_SCHEDULE if args.warmup else COLD_SCHEDULE
-    args.wait = wait if args.wait is None else args.wait
-    args.warmup_steps = warmup if args.warmup_steps is None else args.warmup_steps
-    return args
 
 
 def main(argv=None) -> int:

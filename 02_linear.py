@@ -23,7 +23,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "02_linear"
 ANNOTATION = "linear_fwd"

@@ -47,11 +47,12 @@ import torch
 from torch.profiler import profile, record_function, schedule
 
 import fused_geglu
-from common import check, cli, outputs, profiling, quack_gemm, shapes
+import quack_gemm
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, timing, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "03_fused_mlp"
 ANNOTATION = "fused_mlp_fwd"

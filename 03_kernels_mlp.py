@@ -17,34 +17,20 @@ none of these answers, the same class from the liger-kernel package on PyPI. The
 """
 
 import sys
-from dataclasses import dataclass
 
 import torch
 from torch.profiler import profile, record_function, schedule
 
-from common import check, cli, kernel_source, outputs, profiling, shapes
-
-try:
-    from kernels import get_kernel  # the post's loader: Hugging Face's kernels library
-except ImportError:  # not installed: one line when a kernel is asked for, not a traceback
-    get_kernel = kernel_source.get_kernel_missing
+from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import geglu_reference as reference  # Liger's module has the same weights
-from tracereader.expectations import Expect
+from models import liger_geglu_mlp
+from tracereader import Expect
 
 SCRIPT = "03_kernels_mlp"
 ANNOTATION = "kernels_mlp_fwd"
-REPO_ID = "kernels-community/liger-kernels"
-
-
-@dataclass
-class GeGLUConfig:
-    """The slice of a transformers config that LigerGEGLUMLP reads."""
-
-    hidden_size: int
-    intermediate_size: int
-    hidden_act: str = "gelu_pytorch_tanh"  # Liger implements the tanh GeLU only
-
+# What to do where torch.compile cannot compile Liger's module (profiling.warm_up refuses then)
+UNCOMPILED = "LigerGEGLUMLP: its GeGLU is already fused by hand, run without --compile"
 
 # Guess first: what each recorded step must hold, in kernel classes (names differ per GPU).
 EXPECT = {
@@ -62,12 +48,6 @@ EXPECT = {
 }
 
 
-def fetch_liger_layers():
-    # The post's line: a pre-built kernel package, pinned to version 1 (whose LigerGEGLUMLP
-    # takes a config, as here), downloaded once and cached.
-    return get_kernel(REPO_ID, version=1).layers
-
-
 def traffic_model(tokens: int, dim: int, hidden: int, elt: int) -> list[traffic.Kernel]:
     """Liger's kernel reads g and u once and writes gelu(g) * u once, between the GEMMs."""
     gate, up, down = traffic.geglu_projections(tokens, dim, hidden, elt)
@@ -83,12 +63,7 @@ def parse(argv):
 
 def main(argv=None) -> int:
     args = parse(argv)
-    cli.require_gpu(
-        f"{SCRIPT}.py",
-        args,
-        "Liger's GeGLU is a Triton kernel and Triton has no CPU backend here "
-        "(03_simple_mlp.py runs on a CPU)",
-    )
+    cli.require_gpu(f"{SCRIPT}.py", args, "Liger's GeGLU is Triton (03_simple_mlp runs on a CPU)")
     run = cli.resolve(args)
     cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
     out = outputs.prepare(
@@ -98,23 +73,18 @@ def main(argv=None) -> int:
         gzip=args.gzip,
     )
 
-    layers, source = kernel_source.liger_layers(fetch_liger_layers, REPO_ID)
+    # The post's get_kernel("kernels-community/liger-kernels", version=1).layers, with its
+    # fallbacks (models.fetch_liger_layers): the module is Liger's LigerGEGLUMLP.
+    mlp, source = liger_geglu_mlp(args.dim, args.hidden)
     print(f"kernels: {source}")
-    config = GeGLUConfig(hidden_size=args.dim, intermediate_size=args.hidden)
-    mlp = layers.LigerGEGLUMLP(config).to(run.device, run.dtype).eval()
+    mlp = mlp.to(run.device, run.dtype).eval()
     forward = torch.compile(mlp) if args.compile else mlp
     x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)
 
     with torch.no_grad():
-        try:
-            y = profiling.warm_up(lambda: forward(x), run, compiling=args.compile)
-        except Exception as err:
-            if not args.compile:
-                raise
-            raise cli.UsageError(
-                f"torch.compile could not compile LigerGEGLUMLP ({cli.one_line(err)}); "
-                "its GeGLU is already fused by hand, run without --compile"
-            ) from None
+        y = profiling.warm_up(
+            lambda: forward(x), run, compiling=args.compile, uncompiled=UNCOMPILED
+        )
         check.against_reference(y, reference(x, mlp), run.dtype)
         del y
 

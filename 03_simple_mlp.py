@@ -3,7 +3,7 @@
 You will learn: how many kernels a small block really launches, which CPU ops reach the GPU
 and which only rewrite metadata, and what torch.compile fuses (and what it leaves alone).
 
-The module, GeGLUMLP from models.py (03_fused_mlp, 03_shape_sweep and 05_tp_mlp run the same):
+The module, GeGLUMLP from models.py (03_fused_mlp, tools/shape_sweep and 05_tp_mlp run the same):
     g, u = gate_proj(x), up_proj(x)               # nn.Linear(dim, hidden, bias=False) each
     y = down_proj(F.gelu(g, approximate="tanh") * u)   # nn.Linear(hidden, dim, bias=False)
 
@@ -29,7 +29,7 @@ from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "03_simple_mlp"
 ANNOTATION = "mlp_fwd"

@@ -30,7 +30,7 @@ from torch.profiler import profile, record_function, schedule
 from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
 from models import attention_reference as reference
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "04_a_naive_attention"
 ANNOTATION = "attn_fwd"

@@ -60,10 +60,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import profile, record_function, schedule
 
+import tracereader
 from common import check, cli, outputs, profiling, sdpa, shapes
 from common.measuring import bench, traffic
 from models import attention_reference as reference
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "04_c_sdpa_attention"
 ANNOTATION = "attn_fwd"
@@ -302,9 +303,9 @@ def profile_backend(backend: str, args, run: cli.Run, q, k, v, ref: dict) -> sdp
             bench.report(
                 lambda: attention(q, k, v), run=run, model=model, trace=seen.trace, args=args
             )
-    row = sdpa.summarize(backend, seen.trace, ANNOTATION)
+    row = tracereader.sdpa_row(backend, seen.trace, ANNOTATION)
     if backend in FA4_BACKENDS:  # direct against routed: the same kernel, other host work
-        print(sdpa.host_time(seen.trace, ANNOTATION))
+        print(tracereader.host_time(seen.trace, ANNOTATION))
     if backend == "auto":
         print(f"auto: {row.status}")
     return sdpa.Result(row, out, seen.as_expected)

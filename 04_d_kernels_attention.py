@@ -47,7 +47,7 @@ except ImportError:  # not installed: one line when a kernel is asked for, not a
     get_kernel = kernel_source.get_kernel_missing
 from common.measuring import bench, traffic
 from models import attention_reference
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "04_d_kernels_attention"
 ANNOTATION = "flash_kernel_fwd"
@@ -145,18 +145,8 @@ def main(argv=None) -> int:
         "FlashAttention's kernels are CUDA code with no CPU build "
         "(04_c_sdpa_attention.py --backend flash runs on a CPU)",
     )
-    if args.dtype == "fp32":
-        raise cli.UsageError(
-            "FlashAttention computes in bf16 or fp16 only: choose --dtype bf16 or fp16 "
-            "(04_c_sdpa_attention.py --backend math or efficient runs fp32)"
-        )
     run = cli.resolve(args)
-    major, minor = torch.cuda.get_device_capability(run.device)
-    if args.variant == "fa3" and major != 9:
-        raise cli.UsageError(
-            f"--variant fa3 needs a Hopper GPU (compute capability 9.x); this one is "
-            f"{major}.{minor}: use --variant fa2"
-        )
+    kernel_source.refuse_flash(args.variant, run)  # fp32, and FA3 off Hopper: one line each
     cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=0), run)
     flash_attn_func, source = load_flash_attn_func(args.variant)
     # fa4 where FlashAttention-4 answered (its function lives in flash_attn.cute), else the Hub's

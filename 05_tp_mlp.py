@@ -41,12 +41,12 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.profiler import profile, record_function, schedule
 
+import tracereader
 from common import check, cli, outputs, profiling, shapes, torchrun
 from common.measuring import bench_ranks, traffic
 from models import GeGLUMLP
 from models import geglu_reference as reference
-from tracereader import ranks
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "05_tp_mlp"
 ANNOTATION = "tp_mlp_fwd"
@@ -216,7 +216,10 @@ def main(argv=None) -> int:
     seen = profiling.look(out, expectation(mode, group.backend, launch.world))
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
-    print(ranks.text(ranks.read_run(stem, files, loaded={launch.rank: seen.trace})))
+    reading = tracereader.read_run(
+        stem, files, loaded={launch.rank: seen.trace}, link=bench_ranks.link(measured)
+    )
+    print(tracereader.run_text(reading))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         elt, tokens = x.element_size(), args.batch * args.seq

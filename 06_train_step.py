@@ -50,12 +50,12 @@ import torch
 from torch import nn
 from torch.profiler import profile, record_function, schedule
 
+import tracereader
 from common import cli, memory, outputs, profiling, training
 from common.measuring import timing, traffic
-from common.training import reference_step as reference
+from common.training import reference_step
 from models import TinyLM
-from tracereader import expectations
-from tracereader.expectations import Expect
+from tracereader import Expect
 
 SCRIPT = "06_train_step"
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
 
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     loss = profiling.warm_up(step, run, calls=1, compiling=args.compile)
-    ref_loss, ref_after = reference(fp32_model, tokens, targets, lr=LR)
+    ref_loss, ref_after = reference_step(fp32_model, tokens, targets, lr=LR)
     after = dict(model.named_parameters())
     training.against_reference_step(
         float(loss), ref_loss, before, after, ref_after, lr=LR, precision=args.precision
@@ -289,15 +289,15 @@ def main(argv=None) -> int:
     )
     as_expected = seen.as_expected
     # Then look per phase: each recorded step cut at its annotations, held to its guess.
-    phases = training.phase_steps(seen.trace, PHASES)
+    phases = tracereader.phase_steps(seen.trace, PHASES)
     for phase, steps in phases.items():
         expect = EXPECT[phase](variant)
-        verdict = expectations.check(training.phase_trace(seen.trace, steps), expect)
-        print(f"{phase}: {training.phase_line(steps)}")
-        print(expectations.render(verdict, expect))
+        verdict = tracereader.check(seen.trace.with_steps(steps), expect)
+        print(f"{phase}: {tracereader.phase_line(steps)}")
+        print(verdict.text)
         as_expected &= verdict.ok
     if seen.trace.device is not None:  # set_to_none: the gradients are dropped, not zeroed
-        zeroing = training.launched_under(phases["optimizer"], "Optimizer.zero_grad#")
+        zeroing = tracereader.launched_under(phases["optimizer"], "Optimizer.zero_grad#")
         print(f"zero_grad(set_to_none=True) launched {zeroing} GPU operations (expected 0)")
         as_expected &= zeroing == 0
     if args.memory:  # one more step, apart: recording stacks slows the profiled ones

@@ -69,12 +69,12 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import profile, record_function, schedule
 
+import tracereader
 from common import cli, outputs, profiling, torchrun, training
 from common.measuring import bench_ranks
-from common.training import reference_step as reference
+from common.training import reference_step
 from models import TinyLM
-from tracereader import expectations, ranks
-from tracereader.expectations import Expect
+from tracereader import Expect, bytes_text
 
 SCRIPT = "07_fsdp_train"
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
@@ -177,18 +177,15 @@ def expectation(layers: int, *, reshard: bool, world: int) -> tuple[Expect, dict
     return every, per_phase
 
 
-EXPECT = expectation  # (what every step holds, the collectives per phase), for a run's shape
-
-
 def check_rank(trace, expect: Expect, want: dict[str, Counter]) -> tuple[bool, str]:
     """One rank's trace against the guess: the expectation, the collectives per phase, and on
     a GPU the collectives' streams apart from the compute's."""
-    verdict = expectations.check(trace, expect)
+    verdict = tracereader.check(trace, expect)
     ok = verdict.ok
     lines = [f"  {'ok' if ok else 'MISMATCH':9} {expect.why}"] + [
         f"  MISMATCH  {m}" for m in verdict.mismatches
     ]
-    seen = training.collectives_by_phase(trace, PHASES)
+    seen = tracereader.collectives_by_phase(trace, PHASES)
     for phase in PHASES:
         for kind in sorted(set(want[phase]) | set(seen[phase])):
             good = seen[phase][kind] == want[phase][kind]
@@ -325,7 +322,7 @@ def main(argv=None) -> int:
         after = {n: p.full_tensor() for n, p in model.named_parameters()}  # every rank gathers
     if launch.rank == 0:
         before = {n: p.detach() for n, p in fp32_model.named_parameters()}
-        ref_loss, ref_after = reference(fp32_model, data[0], data[1], lr=LR)
+        ref_loss, ref_after = reference_step(fp32_model, data[0], data[1], lr=LR)
         precision = "fp32" if param_dtype is None else ("autocast" if args.ddp else "fsdp-bf16")
         training.against_reference_step(float(loss) / launch.world, ref_loss, before, after,
                                         ref_after, lr=LR, precision=precision)  # fmt: skip
@@ -365,18 +362,19 @@ def main(argv=None) -> int:
         buckets = ddp_buckets(sizes, cap_bytes=int(cap * 2**20), first_bytes=int(first * 2**20))
         expect, want = ddp_expectation(buckets, world=group.world)
     else:
-        expect, want = EXPECT(args.layers, reshard=args.reshard_after_forward, world=group.world)
+        reshard = args.reshard_after_forward
+        expect, want = expectation(args.layers, reshard=reshard, world=group.world)
     if group.world == 1 and not args.ddp:
         print("one rank: FSDP2 skips its all-gathers and reduce-scatters (nothing to gather or "
               "reduce); this run is the compute baseline for N > 1")  # fmt: skip
     seen = profiling.look(out, expect)
     as_expected = seen.as_expected
-    for phase, steps in training.phase_steps(seen.trace, PHASES).items():
-        print(f"{phase}: {training.phase_line(steps)}")
+    for phase, steps in tracereader.phase_steps(seen.trace, PHASES).items():
+        print(f"{phase}: {tracereader.phase_line(steps)}")
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once
-    reading = ranks.read_run(
+    reading = tracereader.read_run(
         stem,
         files,
         each=lambda trace: checked.append(check_rank(trace, expect, want)),
@@ -385,7 +383,7 @@ def main(argv=None) -> int:
     for rank, (ok, text) in enumerate(checked):  # read_run goes through the ranks in order
         print(f"rank {rank}: collectives per step, expected vs seen\n{text}")
         as_expected &= ok
-    print(ranks.text(reading))
+    print(tracereader.run_text(reading))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")
     if measured is not None:
         print(f"bench (profiler detached, rank 0): one step {measured.us()}")
@@ -395,14 +393,14 @@ def main(argv=None) -> int:
             moved = traffic_model(model, world=group.world, reshard=args.reshard_after_forward,
                                   param_dtype=param_dtype)  # fmt: skip
         if sum(moved.values()):
-            print(f"  each rank's collectives move {ranks.bytes_text(sum(moved.values()))} per "
-                  f"step ({', '.join(f'{k} {ranks.bytes_text(b)}' for k, b in moved.items())}):"
+            print(f"  each rank's collectives move {bytes_text(sum(moved.values()))} per "
+                  f"step ({', '.join(f'{k} {bytes_text(b)}' for k, b in moved.items())}):"
                   f" hidden only with {sum(moved.values()) / measured.median_s / 1e9:.3g} GB/s "
                   "of bus bandwidth or more, overlapped with the compute")  # fmt: skip
         per_rank = [r for r in reading["per_rank"] if r["comm_us"] is not None]
         comm, exposed = (sum(r[k] for r in per_rank) / max(len(per_rank), 1)
                          for k in ("comm_us", "exposed_us"))  # fmt: skip
-        # one machine-readable line for tools/predict_scaling.py
+        # one machine-readable line for tools/dev/predict_scaling.py
         print(
             f"train-scaling: ranks={group.world} step_us={measured.median_s * 1e6:.1f} "
             f"comm_us={comm:.1f} exposed_us={exposed:.1f} moved_bytes={sum(moved.values())}"

@@ -429,7 +429,7 @@ def as_is(kernel):
 
 def constexprs(config: Config) -> dict:
     """The kernel's compile-time arguments for a configuration (launch() and
-    tools/fused_geglu_sass.py pass the same)."""
+    tools/dev/fused_geglu_sass.py pass the same)."""
     values = dict(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,

@@ -25,7 +25,7 @@ from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons u
     one_line,
     positive_int,
 )
-from tracereader.model import ELEMENT_TYPES
+from tracereader.trace.model import ELEMENT_TYPES
 
 # Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
 # and the trace must still open in Perfetto and read back in seconds.
@@ -71,31 +71,13 @@ def make_parser(doc: str | None, *, prog: str, bench_help: str = BENCH_HELP) -> 
     """A parser with the flags every script shares; the script adds its own shape flags
     (and says what its --bench times, where that is not a forward)."""
     parser = Parser(prog=prog, description=doc)
-    parser.add_argument(
-        "--device",
-        choices=["auto", "cuda", "cpu"],
-        default="auto",
-        help="auto: the CUDA GPU when there is one, else the CPU (default: auto)",
-    )
-    parser.add_argument(
-        "--dtype",
-        choices=list(DTYPES),
-        default="bf16",
-        help="element type of inputs and weights; bf16 is what the posts profile (default: bf16)",
-    )
+    add_device_flags(parser)
     parser.add_argument(
         "--compile",
         action="store_true",
         help="wrap the forward in torch.compile (compilation happens during warm-up)",
     )
-    parser.add_argument(
-        "--traces-dir",
-        "--traces_dir",
-        type=traces_folder,
-        default="traces",
-        metavar="DIR",
-        help="where traces and tables go, under DIR/<script name>/ (default: traces)",
-    )
+    add_traces_dir_flag(parser)
     sched = parser.add_argument_group(
         "profiler schedule",
         "steps run = wait + warmup + active; the wait and warm-up steps are discarded so the "
@@ -126,12 +108,7 @@ def make_parser(doc: str | None, *, prog: str, bench_help: str = BENCH_HELP) -> 
         default=3,
         help=f"steps recorded into the trace, 1 to {MAX_ACTIVE} (default: 3)",
     )
-    parser.add_argument(
-        "--seed",
-        type=int_in(*SEED_RANGE, "the range torch.manual_seed takes"),
-        default=0,
-        help="seed for inputs and weights, so runs are comparable (default: 0)",
-    )
+    add_seed_flag(parser)
     parser.add_argument(
         "--gzip", action="store_true", help="write the trace as .json.gz (Perfetto opens it as is)"
     )
@@ -168,6 +145,62 @@ def make_parser(doc: str | None, *, prog: str, bench_help: str = BENCH_HELP) -> 
         "nothing remote is deleted)",
     )
     return parser
+
+
+def parse_warm_or_cold(
+    parser: Parser, argv, *, calls: int, warm: tuple, cold: tuple
+) -> argparse.Namespace:
+    """Part 1's --warmup, parsed: a warm run makes `calls` calls before profiling and keeps the
+    `warm` schedule (wait, warmup, active); a cold run records from its first call, with the
+    `cold` one. --wait and --warmup-steps given by hand win over either."""
+    parser.add_argument(
+        "--warmup",
+        action="store_true",
+        help=f"call the function {calls} times before profiling; "
+        "without it the run is cold and records from its first call (default: cold)",
+    )
+    parser.set_defaults(wait=None, warmup_steps=None)  # their defaults depend on --warmup
+    args = parser.parse_args(argv)
+    wait, warmup, _ = warm if args.warmup else cold
+    args.wait = wait if args.wait is None else args.wait
+    args.warmup_steps = warmup if args.warmup_steps is None else args.warmup_steps
+    return args
+
+
+def add_device_flags(parser: argparse.ArgumentParser) -> None:
+    """--device and --dtype: every script and tool that runs a module takes them alike."""
+    parser.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="auto: the CUDA GPU when there is one, else the CPU (default: auto)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=list(DTYPES),
+        default="bf16",
+        help="element type of inputs and weights; bf16 is what the posts profile (default: bf16)",
+    )
+
+
+def add_traces_dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--traces-dir",
+        "--traces_dir",
+        type=traces_folder,
+        default="traces",
+        metavar="DIR",
+        help="where traces and tables go, under DIR/<script name>/ (default: traces)",
+    )
+
+
+def add_seed_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seed",
+        type=int_in(*SEED_RANGE, "the range torch.manual_seed takes"),
+        default=0,
+        help="seed for inputs and weights, so runs are comparable (default: 0)",
+    )
 
 
 @dataclass(frozen=True)

@@ -209,3 +209,21 @@ def _liger_from_pypi(repo_id: str, reason: str) -> tuple[ModuleType, str]:
 def liger_layers(fetch: Callable[[], ModuleType], repo_id: str) -> tuple[ModuleType, str]:
     """Return (layers, where they came from): the Hub's via `fetch`, else liger-kernel's."""
     return load(fetch, repo_id, fallback=lambda reason: _liger_from_pypi(repo_id, reason))
+
+
+def refuse_flash(variant: str, run) -> None:
+    """What 04_d's FlashAttention kernels cannot run, refused in one line (exit 2): float32
+    (they compute in bf16 or fp16 only), and FlashAttention-3 off Hopper."""
+    import torch
+
+    if run.dtype_name == "fp32":
+        raise UsageError(
+            "FlashAttention computes in bf16 or fp16 only: choose --dtype bf16 or fp16 "
+            "(04_c_sdpa_attention.py --backend math or efficient runs fp32)"
+        )
+    major, minor = torch.cuda.get_device_capability(run.device)
+    if variant == "fa3" and major != 9:
+        raise UsageError(
+            f"--variant fa3 needs a Hopper GPU (compute capability 9.x); this one is "
+            f"{major}.{minor}: use --variant fa2"
+        )

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from common.cli import Run, command_hint, compile_in_process
+import tracereader
+from common.cli import Run, UsageError, command_hint, compile_in_process, one_line
 from common.outputs import Outputs
-from tracereader import expectations, findings
-from tracereader import load as trace_reader
-from tracereader.expectations import Expect
+from tracereader import Expect
+from tracereader.trace.model import Trace
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 
@@ -78,14 +78,24 @@ def warm_up(
     *,
     calls: int = WARMUP_CALLS,
     compiling: bool = False,
+    uncompiled: str | None = None,
 ) -> torch.Tensor:
     """Run the step a few times so lazy start-up costs stay out of the trace.
 
     Under torch.compile the first call compiles; its time is printed apart because it is
-    paid once per shape, not per step.
+    paid once per shape, not per step. `uncompiled` ("MODULE: what to do instead"): a module
+    torch.compile may fail on; its failure is then one line (exit 2), not a traceback.
     """
     start = time.perf_counter()
-    out = step()
+    try:
+        out = step()
+    except Exception as err:
+        if not (compiling and uncompiled):
+            raise
+        what, _, advice = uncompiled.partition(": ")
+        raise UsageError(
+            f"torch.compile could not compile {what} ({one_line(err)}); {advice}"
+        ) from None
     synchronize(run)
     if compiling:
         print(
@@ -174,11 +184,11 @@ def show(table: str, outputs: Outputs, run: Run) -> None:
 
 @dataclass(frozen=True)
 class Seen:
-    trace: trace_reader.Trace
+    trace: Trace
     as_expected: bool
 
 
-def _provenance(trace: trace_reader.Trace) -> str:
+def _provenance(trace: Trace) -> str:
     version = trace.meta.get("torch_version")
     return f"{trace.device or 'the CPU'}, {f'torch {version}' if version else 'torch unrecorded'}"
 
@@ -189,13 +199,13 @@ def look(outputs: Outputs, expect: Expect, *, cold_steps: int = 0) -> Seen:
     `cold_steps`: recorded steps that hold start-up on purpose (a cold run's first call, with
     its compile); the expectation describes the steady state and is held to the steps after
     them, the findings read them all."""
-    trace = trace_reader.load(outputs.trace)
+    trace = tracereader.load(outputs.trace)
     sibling = None
     if expect.gemms_as_in:
         path = outputs.trace.with_name(
             outputs.trace.name.replace("_compile", f"_{expect.gemms_as_in}", 1)
         )
-        sibling = trace_reader.load(path) if path.is_file() else None
+        sibling = tracereader.load(path) if path.is_file() else None
     if sibling is not None and _provenance(sibling) != _provenance(trace):
         # Kernel names depend on the GPU and the libraries torch ships: comparing them across
         # machines would report a mismatch the code did not cause.
@@ -210,10 +220,10 @@ def look(outputs: Outputs, expect: Expect, *, cold_steps: int = 0) -> Seen:
         steady = trace.with_steps(trace.steps[cold_steps:])
         print(f"(the first {cold_steps} recorded step(s) are the cold start: checked from "
               f"{steady.steps[0].name} on)")  # fmt: skip
-    verdict = expectations.check(steady, expect, sibling=sibling)
-    print(expectations.render(verdict, expect))
+    verdict = tracereader.check(steady, expect, sibling=sibling)
+    print(verdict.text)
     print(f"findings (the full reading: {command_hint('explain', outputs.trace)}):")
-    for finding in findings.read(trace):
+    for finding in tracereader.read(trace).findings:
         print(f"  {'PROBLEM: ' if finding.problem else ''}[{finding.topic}] {finding.message}")
     return Seen(trace, verdict.ok)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib
 import importlib.util
 import json
 import sys
@@ -19,20 +20,14 @@ EXTERNAL_TRACES = next(
     ROOT.parent / "shared/external-traces",
 )
 
+
 # The torch.profiler calls the posts teach: every lesson shows them in its own source.
-PROFILER_CALLS = (
-    "with profile(",
-    "schedule=schedule(",
-    "with record_function(ANNOTATION)",
-    "prof.step()",
-    "prof.export_chrome_trace(",
-    "prof.key_averages().table(",
-)
-
-
 @cache
 def load_script(name: str):
-    """Import `01_matmul_add.py` and friends (their names are not valid module names)."""
+    """Import `01_matmul_add.py` and friends (their names are not valid module names); a tool
+    by its module name (`tools.shape_sweep`)."""
+    if name.startswith("tools."):
+        return importlib.import_module(name)
     spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while being defined

@@ -5,12 +5,12 @@ Started by tests/test_fused_mlp.py in a subprocess with TRITON_INTERPRET=1 (Trit
 when it is imported, so it cannot be switched on inside the test process). Everything that
 needs the interpreter happens in this one process, because starting one costs seconds:
 
-    TRITON_INTERPRET=1 python tests/interpret_fused_mlp.py TRACES_DIR
+    TRITON_INTERPRET=1 python -m tests.interpret_fused_mlp TRACES_DIR
 
 Without TRITON_INTERPRET, on a CUDA GPU, the same kernel and module checks run compiled, the
 module under Inductor (torch.compile's default), and the JSON is printed the same way:
 
-    python tests/interpret_fused_mlp.py
+    python -m tests.interpret_fused_mlp
 """
 
 from __future__ import annotations
@@ -18,19 +18,15 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import fused_geglu  # noqa: E402
-from common import check, cli  # noqa: E402
-from common.cli import DTYPES  # noqa: E402
-from models import GeGLUMLP, geglu_reference  # noqa: E402
-from tests.helpers import load_script  # noqa: E402
+import fused_geglu
+from common import check, cli
+from common.cli import DTYPES
+from models import GeGLUMLP, geglu_reference
+from tests.helpers import load_script
 
 Config = fused_geglu.Config
 DEVICE = "cpu" if fused_geglu.INTERPRETING else "cuda"

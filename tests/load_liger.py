@@ -1,23 +1,23 @@
 """Run in a subprocess by test_kernel_source.py: load the Liger layers the way 03_kernels_mlp.py
-does, under whatever LOCAL_KERNELS / HF_HUB_OFFLINE / HF_HUB_CACHE the test set, and print
-where they came from, or the one line a user would see instead. `--no-kernels-library` and
-`--no-liger` make `import kernels` and `import liger_kernel` fail, as in a Python with torch
-but without this project's environment (the GPU machines' image)."""
+and the sweep do (models.fetch_liger_layers), under whatever LOCAL_KERNELS / HF_HUB_OFFLINE /
+HF_HUB_CACHE the test set, and print where they came from, or the one line a user would see
+instead. `--no-kernels-library` and `--no-liger` make `import kernels` and `import
+liger_kernel` fail, as in a Python with torch but without this project's environment (the GPU
+machines' image)."""
 
 import sys
 
 from common import kernel_source
 from common.cli import UsageError
-from tests.helpers import load_script
+from models import LIGER_REPO, fetch_liger_layers
 
 for flag, module in (("--no-kernels-library", "kernels"), ("--no-liger", "liger_kernel")):
     if flag in sys.argv:
         sys.argv.remove(flag)
         sys.modules[module] = None  # `import` of it now raises ImportError
 
-script = load_script("03_kernels_mlp")
 try:
-    layers, source = kernel_source.liger_layers(script.fetch_liger_layers, script.REPO_ID)
+    layers, source = kernel_source.liger_layers(fetch_liger_layers, LIGER_REPO)
 except UsageError as err:
     print(f"REFUSED {err}")
 else:

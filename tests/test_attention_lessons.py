@@ -20,8 +20,10 @@ from common import cli, shapes
 from common import sdpa as sdpa_plumbing
 from common.measuring import traffic
 from tests.helpers import inside, load_script, read_trace, run_script, steps
-from tracereader import expectations, findings
-from tracereader.load import load as load_trace
+from tracereader.analyses import sdpa as sdpa_reading
+from tracereader.judge import expectations, findings
+from tracereader.render import sdpa as sdpa_table
+from tracereader.trace.load import load as load_trace
 
 SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "8"]
 TAG = "b1_h2_s16_d8_bf16"
@@ -178,7 +180,7 @@ def test_host_time_splits_the_forward_into_its_ops_self_times(tmp_path):
     # a shape where the kernel's work outweighs the dispatch around it, even on a busy CPU
     assert sdpa(tmp_path, "flash", "--seq", "256", "--head_dim", "64") == 0
     trace = load_trace(tmp_path / "04_c_sdpa_attention/b1_h2_s256_d64_bf16_eager_cpu_flash.json")
-    lines = sdpa_plumbing.host_time(trace, "attn_fwd", top=20).splitlines()
+    lines = sdpa_reading.host_time(trace, "attn_fwd", top=20).splitlines()
     total = float(lines[0].split()[4])
     assert lines[0].startswith("host time per forward: ") and total > 0
     parts = {line.split(None, 2)[2]: float(line.split()[0]) for line in lines[1:]}
@@ -226,8 +228,8 @@ def test_comparison_on_real_h100_traces_reads_kernels_and_flags_unmeasured_occup
     """The H100 fixtures of every backend at the post's shape: kernels per step, GPU and CPU
     time, the longest kernel's occupancy from its event's args; cuDNN's kernel is launched with
     cuLaunchKernelEx, whose 0% the profiler cannot measure: footnoted, not believed."""
-    rows = {b: sdpa_plumbing.summarize(b, h100_sdpa(b), "attn_fwd") for b in FOUR}
-    auto = sdpa_plumbing.summarize("auto", h100_sdpa("auto"), "attn_fwd")
+    rows = {b: sdpa_reading.summarize(b, h100_sdpa(b), "attn_fwd") for b in FOUR}
+    auto = sdpa_reading.summarize("auto", h100_sdpa("auto"), "attn_fwd")
     assert auto.status == "ran (SDPA chose cudnn)"  # read from the dispatched op, as on a GPU
     assert rows["math"].kernels.isdigit() and int(rows["math"].kernels) > 10  # unfused
     for fused in ("efficient", "flash"):
@@ -241,8 +243,8 @@ def test_comparison_on_real_h100_traces_reads_kernels_and_flags_unmeasured_occup
     assert max(gpu["efficient"], gpu["flash"], gpu["cudnn"]) < gpu["math"] / 5
     assert all(float(r.cpu_us) > 0 for r in rows.values())
 
-    refused = sdpa_plumbing.Row("cudnn", "cannot run: a reason")
-    table = sdpa_plumbing.comparison([*rows.values(), refused], "title", on_gpu=True)
+    refused = sdpa_reading.Row("cudnn", "cannot run: a reason")
+    table = sdpa_table.comparison([*rows.values(), refused], "title", on_gpu=True)
     lines = table.splitlines()
     assert lines[1].split()[:5] == ["backend", "kernels", "GPU", "us", "CPU"]
     by_backend = [line.split()[0] for line in lines[2:7]]
@@ -260,8 +262,8 @@ def test_fa4_on_a_real_h100_trace_meets_the_guess_and_takes_its_row(backend):
     lesson = load_script("04_c_sdpa_attention")
     trace = h100_sdpa(backend)
     verdict = expectations.check(trace, lesson.EXPECT[backend])
-    assert verdict.ok, expectations.render(verdict, lesson.EXPECT[backend])
-    row = sdpa_plumbing.summarize(backend, trace, "attn_fwd")
+    assert verdict.ok, verdict.text
+    row = sdpa_reading.summarize(backend, trace, "attn_fwd")
     assert "flash_att" in row.main_kernel and row.occupancy_unmeasured
     assert row.kernels == ("1" if backend == "fa4" else "3")
     main = max(trace.steps[-1].gpu, key=lambda item: item.dur)
@@ -279,7 +281,7 @@ def test_04d_guess_holds_on_its_real_h100_run_with_fa4_as_the_source():
     lesson = load_script("04_d_kernels_attention")
     path = SDPA_H100.parent / f"04_d_kernels_attention/{TAG_H100}_eager_fa4.json.gz"
     verdict = expectations.check(load_trace(path), lesson.EXPECT["eager"])
-    assert verdict.ok, expectations.render(verdict, lesson.EXPECT["eager"])
+    assert verdict.ok, verdict.text
 
 
 def test_comparison_of_a_trace_without_occupancy_leaves_the_column_empty(tmp_path):
@@ -291,9 +293,9 @@ def test_comparison_of_a_trace_without_occupancy_leaves_the_column_empty(tmp_pat
         event.get("args", {}).pop("est. achieved occupancy %", None)
     path = tmp_path / "cudnn.json"
     path.write_text(json.dumps(data))
-    row = sdpa_plumbing.summarize("cudnn", load_trace(path), "attn_fwd")
+    row = sdpa_reading.summarize("cudnn", load_trace(path), "attn_fwd")
     assert row.occupancy == "-" and not row.occupancy_unmeasured and row.kernels != "-"
-    table = sdpa_plumbing.comparison([row], "title", on_gpu=True)
+    table = sdpa_table.comparison([row], "title", on_gpu=True)
     assert "cuLaunchKernelEx" not in table
 
 

@@ -15,8 +15,9 @@ import pytest
 from common import shapes
 from common.measuring import bench, ceilings, timing, traffic
 from tests.helpers import load_script, run_script
-from tracereader import load as trace_reader
-from tracereader.kernel_names import TENSOR_CORES
+from tracereader.analyses import bench as profiled
+from tracereader.names.kernel_classes import TENSOR_CORES
+from tracereader.trace import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100_FIXTURES = Path(__file__).parent / "fixtures" / "h100"
@@ -61,7 +62,7 @@ def test_traffic_models_line_up_kernel_for_kernel_with_real_h100_traces(lesson, 
     stem, build = MODELS[lesson]
     model = build(load_script(lesson), mode)
     trace = trace_reader.load(H100_FIXTURES / lesson / f"{stem}_{mode}.json.gz")
-    times = bench.kernel_times(trace, model)
+    times = profiled.kernel_times(trace, model)
     assert isinstance(times, list), times  # a string says why the comparison was skipped
     assert len(times) == len(model) and all(t > 0 for t in times)
 
@@ -257,7 +258,7 @@ def test_the_trace_decides_what_a_gemm_computed_in():
     trace = trace_reader.load(folder / "b8_h16_s1024_d64_bf16_eager_math.json.gz")
     shape = shapes.attention_sizes(SimpleNamespace(batch=8, heads=16, seq=1024, head_dim=64))
     model = load_script("04_c_sdpa_attention").traffic_model(shape, 2, "math")
-    named = bench.named_precisions(trace, model)
+    named = profiled.named_precisions(trace, model)
     gemms = [n for n, k in enumerate(model) if k.cls == "gemm"]
     for tf32 in (False, True):
         precisions = [
@@ -271,7 +272,7 @@ def test_the_trace_decides_what_a_gemm_computed_in():
         H100_FIXTURES / "03_fused_mlp" / "b64_s128_d768_h3072_bf16_hopper_eager.json.gz"
     )
     fused = load_script("03_fused_mlp").traffic_model(8192, 768, 3072, 2)
-    named = bench.named_precisions(mlp, fused)
+    named = profiled.named_precisions(mlp, fused)
     judged = [
         bench.precision(k, "bf16", named=p, tf32=False) for k, p in zip(fused, named, strict=True)
     ]
@@ -352,7 +353,7 @@ def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
     trace = trace_reader.load(H200 / "03_simple_mlp" / "b64_s128_d768_h3072_bf16_eager.json.gz")
     mlp_model = load_script("03_simple_mlp").traffic_model
     model = mlp_model(8192, 768, 3072, 2, fused=False)
-    times = bench.kernel_times(trace, model)
+    times = profiled.kernel_times(trace, model)
     # independently: the non-memset kernels of each step in launch order, median per position
     kernels = [[i.dur for i in step.gpu if i.kind == "kernel"] for step in trace.steps]
     expected = [statistics.median(col) / 1e6 for col in zip(*kernels, strict=True)]
@@ -360,13 +361,13 @@ def test_per_kernel_times_from_a_real_trace_match_the_model_in_order():
     assert [k.label for k in model][2:4] == ["gelu(g)", "h * u"]
     assert 30e-6 < times[2] < 34e-6  # the GeLU kernel, ~32 us on the H200
     wrong = mlp_model(8192, 768, 3072, 2, fused=True)
-    assert "per-kernel comparison skipped" in bench.kernel_times(trace, wrong)
+    assert "per-kernel comparison skipped" in profiled.kernel_times(trace, wrong)
     # the classes that do match are still timed: the GEMMs, judged apart from the GeGLU
-    partial, (why,) = bench.matched_times(trace, wrong)
+    partial, (why,) = profiled.matched_times(trace, wrong)
     assert partial[2] is None and why.startswith("the trace has 2 elementwise-like kernels")
     assert [partial[n] for n in (0, 1, 3)] == pytest.approx([times[n] for n in (0, 1, 4)])
     # a profiled step spans from its CPU start to its last kernel's end
-    assert 250e-6 < bench.profiled_step_s(trace) < 1e-3
+    assert 250e-6 < profiled.profiled_step_s(trace) < 1e-3
 
 
 def test_bench_flag_on_the_cpu(tmp_path, capsys):
@@ -380,14 +381,14 @@ SWEEP = ["--dim", "8", "--hidden", "16", "--hidden-change", "32"]
 
 
 def read_rows(folder: Path) -> list[dict]:
-    (path,) = folder.glob("03_shape_sweep/*.csv")
+    (path,) = folder.glob("shape_sweep/*.csv")
     return list(csv.DictReader(path.open()))
 
 
 @pytest.mark.slow
 def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     rc = run_script(
-        "03_shape_sweep",
+        "tools.shape_sweep",
         "--shapes",
         "2x4,3x4,4x4",
         *SWEEP,
@@ -413,14 +414,14 @@ def test_sweep_counts_recompiles_from_dynamo(tmp_path, capsys):
     }
     out = capsys.readouterr().out
     assert out.count("[") >= 20 and "[20/20] mark-dynamic" in out  # a progress line per shape
-    png = next((tmp_path / "03_shape_sweep").glob("*.png"))
+    png = next((tmp_path / "shape_sweep").glob("*.png"))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
 def test_sweep_flags_rows_that_fell_back_to_eager_at_the_recompile_limit(tmp_path, capsys):
     rc = run_script(
-        "03_shape_sweep",
+        "tools.shape_sweep",
         "--shapes",
         "2x4,3x4,4x4",
         "--dim",
@@ -459,17 +460,25 @@ def test_sweep_flags_rows_that_fell_back_to_eager_at_the_recompile_limit(tmp_pat
         (["--shapes", "64"], "is not BATCHxSEQ"),
         (["--variants", "eager,fast"], "unknown or no variants ['fast']"),
         (["--dim", "-1"], "must be greater than 0"),
+        # the lessons' own flags, refused as the lessons refuse them
+        (["--seed", "-1"], "must be at least 0"),
+        (["--seed", str(2**70)], "the range torch.manual_seed takes"),
     ],
 )
 def test_sweep_bad_input(argv, message, tmp_path, capsys):
-    assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 2
+    assert run_script("tools.shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
+def test_sweep_refuses_an_empty_traces_folder(capsys):
+    assert run_script("tools.shape_sweep", "--traces-dir", "") == 2
+    assert "--traces_dir: is empty" in capsys.readouterr().err
+
+
 def test_sweep_on_a_gpu_runs_the_fused_and_cuda_graph_variants_by_default():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     assert sweep.parse_variants("eager, fused,cuda-graph") == ["eager", "fused", "cuda-graph"]
     gpu_only = {"fused", "cuda-graph", "fused-graph"}
     assert gpu_only <= set(sweep.choose_variants(None, on_gpu=True))
@@ -492,7 +501,7 @@ def test_sweep_gpu_only_variants_are_refused_on_a_cpu(variants, message, tmp_pat
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     argv = ["--variants", variants, "--traces-dir", str(tmp_path)]
-    assert run_script("03_shape_sweep", *argv) == 2
+    assert run_script("tools.shape_sweep", *argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.rglob("*"))  # not even the folder
@@ -501,7 +510,7 @@ def test_sweep_gpu_only_variants_are_refused_on_a_cpu(variants, message, tmp_pat
 @pytest.mark.slow
 def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys):
     argv = ["--shapes", "2x4", "--dim", "8", "--hidden", "16", "--hidden-change", "0"]
-    assert run_script("03_shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 0
+    assert run_script("tools.shape_sweep", *argv, "--traces-dir", str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert (
         "note: no CUDA GPU: the liger, fused, cuda-graph, fused-graph and quack variants are "
@@ -528,13 +537,12 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
     import fused_geglu
     from common import cli
 
-    sweep = load_script("03_shape_sweep")
-    lessons = sweep.Lessons()
+    sweep = load_script("tools.shape_sweep")
     for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32")):
         run = cli.Run(torch.device("cpu"), cli.DTYPES[dtype], dtype)
-        eager, eager_ref = sweep.build("eager", 16, 40, run, lessons, seed=7)
+        eager, eager_ref = sweep.build("eager", 16, 40, run, seed=7)
         torch.randn(100)  # the global generator moves on; build() seeds it again
-        fused, fused_ref = sweep.build("fused", 16, 40, run, lessons, seed=7)
+        fused, fused_ref = sweep.build("fused", 16, 40, run, seed=7)
         assert eager_ref is eager and fused_ref is not fused and fused.config == config
         for name in ("gate_proj", "up_proj", "down_proj"):
             mine, theirs = getattr(fused_ref, name).weight, getattr(eager, name).weight
@@ -544,7 +552,7 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
         assert torch.equal(fused.gate_up, packed)
         assert torch.equal(fused.down_proj.weight, eager.down_proj.weight)
         assert sweep.make_forward("fused", fused) is fused  # run as it is, no compile
-        graphed, graphed_ref = sweep.build("fused-graph", 16, 40, run, lessons, seed=7)
+        graphed, graphed_ref = sweep.build("fused-graph", 16, 40, run, seed=7)
         assert torch.equal(graphed.gate_up, packed) and graphed_ref is not graphed
         compiled = sweep.make_forward("fused-graph", graphed)
         assert isinstance(compiled, torch._dynamo.eval_frame.OptimizedModule)
@@ -588,7 +596,7 @@ GRAPH_INPUT_COPY = (
 
 
 def test_sweep_reads_each_forward_eager_with_split_k_gemms():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     # gate; up and its split-K reduce; GeLU, mul; down and its reduce; a cuBLAS memset
     per_call = [(GEMM, 50), (GEMM, 40), (SPLIT_K, 5), (GELU, 30), (MUL, 20), (GEMM, 45)]
     per_call += [(SPLIT_K, 4), ("Memset (Device)", 1)]
@@ -601,7 +609,7 @@ def test_sweep_reads_each_forward_eager_with_split_k_gemms():
 
 
 def test_sweep_reads_each_forward_replayed_from_a_cuda_graph():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     # reduce-overhead: the copy of x into the graph's static input, then compile's 4 kernels
     per_call = [(GRAPH_INPUT_COPY, 3), (GEMM, 50), (GEMM, 40), (INDUCTOR, 35), (GEMM, 45)]
     events = fake_events(per_call, calls=5, launches=["cudaLaunchKernel", "cudaGraphLaunch"])
@@ -613,7 +621,7 @@ def test_sweep_reads_each_forward_replayed_from_a_cuda_graph():
 
 @pytest.mark.parametrize("kernel", ["fused_gate_up_geglu_tma_kernel", "fused_gate_up_geglu_kernel"])
 def test_sweep_reads_the_fused_kernel_as_gate_up_and_geglu_in_one(kernel):
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     assert sweep.role(kernel) == "fused"  # a GEMM by what it does, whatever its class says
     per_call = [(kernel, 120), (GEMM, 45)]
     events = fake_events(per_call, calls=5, launches=["cuLaunchKernelEx", "cuLaunchKernelEx"])
@@ -624,7 +632,7 @@ def test_sweep_reads_the_fused_kernel_as_gate_up_and_geglu_in_one(kernel):
 
 
 def test_sweep_reads_forwards_it_cannot_split_into_calls():
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     # 4 GEMMs over 3 calls: which is whose down GEMM is unknown; the GeGLU by class only
     events = fake_events([(GEMM, 10), (GELU, 7)], calls=2) + fake_events([(GEMM, 10)], calls=2)
     seen = sweep.read_forward(events, calls=3)
@@ -633,7 +641,7 @@ def test_sweep_reads_forwards_it_cannot_split_into_calls():
 
 
 def sweep_row(variant, **fields):
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     values = dict(
         variant=variant, batch=8, seq=128, hidden=3072, compiles=0, compile_s=0.0,
         limit_hit=False, ran_compiled=None, queued_us=80.0, p20_us=79.0, p80_us=81.0,
@@ -672,10 +680,10 @@ def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsy
 
     monkeypatch.setattr(timing, "time_cpu", interrupt_the_second_row)
     argv = ["--shapes", "2x4,3x4", *SWEEP, "--variants", "eager", "--traces-dir", str(tmp_path)]
-    assert run_script("03_shape_sweep", *argv) == 130
+    assert run_script("tools.shape_sweep", *argv) == 130
     rows = read_rows(tmp_path)
     assert [(r["variant"], r["batch"]) for r in rows] == [("eager", "2")]
-    (table,) = (tmp_path / "03_shape_sweep").glob("*.txt")
+    (table,) = (tmp_path / "shape_sweep").glob("*.txt")
     assert "STOPPED after 1 of 3 rows" in table.read_text()
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
 

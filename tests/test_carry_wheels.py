@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import ROOT, load_script
 
-carry = load_script("tools/carry_wheels")
+carry = load_script("tools.carry_wheels")
 
 
 def fake_wheel(folder, name: str, payload: bytes):

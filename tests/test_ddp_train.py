@@ -15,7 +15,7 @@ from models import TinyLM
 from tests.helpers import ROOT, load_script
 from tests.test_fsdp_train import SMALL, _in_process, torchrun_launch
 from tests.test_tp_mlp import check
-from tracereader import load as trace_reader
+from tracereader import load
 
 lesson = load_script("07_fsdp_train")
 MIB = 2**20
@@ -77,7 +77,7 @@ def test_two_gloo_ranks_bucket_as_predicted_and_match_one_process(tmp_path):
     assert re.search(r"correctness: loss \S+ vs float32 reference .*: ok", out)
     assert "MISMATCH" not in out and "all as expected" in out
     (trace,) = (tmp_path / "07_fsdp_train").glob("*_ddp2_bucket0.05mb_eager_cpu_rank1.json")
-    names = trace_reader.load(trace).steps[-1].op_names_any_thread()
+    names = load(trace).steps[-1].op_names_any_thread()
     assert not any(n.startswith("FSDP::") for n in names)
 
 
@@ -115,7 +115,7 @@ def test_a_real_h200_ddp_rank_all_reduces_beside_the_backward_gemms():
     every all-reduce is launched in the backward, on a stream apart from the GEMMs', and most
     of their time runs while a GEMM runs."""
     (path,) = H200X4.glob("*_ddp2_eager_rank1.json.gz")
-    trace = trace_reader.load(path)
+    trace = load(path)
     with torch.device("meta"):
         model = TinyLM(32000, 2048, 5632, 16, 8)
     sizes = [p.numel() * 4 for p in model.parameters()]

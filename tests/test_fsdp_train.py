@@ -22,11 +22,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from common import torchrun, training
+import tracereader
+from common import torchrun
 from models import TinyLM
 from tests.helpers import (
     EXTERNAL_TRACES,
-    PROFILER_CALLS,
     ROOT,
     inside,
     load_script,
@@ -35,8 +35,10 @@ from tests.helpers import (
     torchrun_in_process,
 )
 from tests.test_tp_mlp import check
-from tracereader import load as trace_reader
-from tracereader import ranks
+from tracereader.reading import read_run
+from tracereader.render import ranks as ranks_text
+from tracereader.trace import load as trace_reader
+from tracereader.trace.runs import runs_at
 
 SCRIPT = "07_fsdp_train.py"
 LAYERS = 2
@@ -156,7 +158,7 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     its all-gather (bf16), the mixed-precision policy at work."""
     folder, _ = run
     stem = folder / STEM
-    result = ranks.read_run(stem, ranks.runs_at(stem)[stem])
+    result = read_run(stem, runs_at(stem)[stem])
     assert result["problems"] == [] and result["backend"] == "gloo" and result["world"] == 2
     kinds = {k["kind"]: k for k in result["by_kind"]}
     assert set(kinds) == {"all-gather", "reduce-scatter"}
@@ -165,13 +167,13 @@ def test_the_reading_tells_the_collectives_apart_and_sizes_them(run):
     assert kinds["reduce-scatter"]["bytes"] == 2 * kinds["all-gather"]["bytes"]
     for row in result["per_rank"]:
         assert row["collectives_per_step"] == [9] and row["comm_us"] > 0
-    text = ranks.text(result)
+    text = ranks_text.text(result)
     assert "collectives: 9 per step, of 2 kinds" in text  # no size shared by both kinds
     assert "all-gather: 18 in all" in text and "reduce-scatter: 9 in all" in text
     for rank in range(2):  # the lesson's count by phase, through the reader
         trace = trace_reader.load(rank_trace(folder, rank))
-        _, per_phase = lesson.EXPECT(LAYERS, reshard=True, world=2)
-        assert training.collectives_by_phase(trace, lesson.PHASES) == per_phase
+        _, per_phase = lesson.expectation(LAYERS, reshard=True, world=2)
+        assert tracereader.collectives_by_phase(trace, lesson.PHASES) == per_phase
 
 
 # --- failures: one line from rank 0, every rank out, nothing left --------------------------
@@ -270,25 +272,32 @@ def test_no_reshard_after_forward_drops_the_backward_all_gathers(reshard, fake_t
     with profile() as prof:  # no schedule: the one step is the recorded window
         lesson.train_step(model, optimizer, tokens, targets)
     prof.export_chrome_trace(str(tmp_path / "rank0.json"))
-    seen = training.collectives_by_phase(trace_reader.load(tmp_path / "rank0.json"), lesson.PHASES)
+    seen = tracereader.collectives_by_phase(
+        trace_reader.load(tmp_path / "rank0.json"), lesson.PHASES
+    )
     assert seen["forward"] == Counter({"all-gather": LAYERS + 1})
     assert seen["backward"]["reduce-scatter"] == LAYERS + 1
     assert seen["backward"]["all-gather"] == (LAYERS + 1 if reshard else 0)
-    assert seen == lesson.EXPECT(LAYERS, reshard=reshard, world=2)[1]
+    assert seen == lesson.expectation(LAYERS, reshard=reshard, world=2)[1]
 
 
-def test_the_lesson_shows_its_plan_and_profiler_loop():
-    source = (ROOT / SCRIPT).read_text()
-    for call in (
-        "fully_shard(block, mesh=mesh",
-        "fully_shard(model, mesh=mesh",
-        "MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)",
-        "set_modules_to_forward_prefetch(",
-        "set_modules_to_backward_prefetch(",
-        ".full_tensor()",
-        *PROFILER_CALLS,
-    ):
-        assert call in source
+def test_the_plan_shards_every_block_and_the_root_over_the_ranks(fake_two_ranks):
+    """L + 1 FSDP groups, each parameter split in two along its first dim: what the
+    collectives per phase (one all-gather and one reduce-scatter per group) follow from."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = init_device_mesh("cpu", (2,))
+    model = lesson.shard(
+        TinyLM(64, 32, 64, 2, LAYERS), mesh, param_dtype=torch.bfloat16, reshard=True,
+        prefetch=True,
+    )  # fmt: skip
+    assert isinstance(model, FSDPModule)
+    assert all(isinstance(block, FSDPModule) for block in model.blocks)
+    for name, p in model.named_parameters():
+        assert isinstance(p, DTensor) and p.placements == (Shard(0),), name
+        assert p.to_local().shape[0] == -(-p.shape[0] // 2), name  # this rank's half
 
 
 @pytest.mark.slow
@@ -314,7 +323,7 @@ def test_collective_kinds_come_from_the_issuing_op_not_the_kernel_name():
     """HTA's 16-rank A100 trace: NCCL runs every collective there as ncclKernel_SendRecv_*;
     the ops that issued them (nccl:_all_gather_base, nccl:_reduce_scatter_base, ...) say what
     each one is, and the bus factor follows the kind."""
-    result = ranks.read_run(NEGATIVE_QUEUE, {0: NEGATIVE_QUEUE})
+    result = read_run(NEGATIVE_QUEUE, {0: NEGATIVE_QUEUE})
     counts = {k["kind"]: k["count"] for k in result["by_kind"]}
     assert counts == {"all-gather": 10, "reduce-scatter": 10, "all-reduce": 10, "all-to-all": 45}
 

@@ -14,12 +14,15 @@ import pytest
 import torch
 
 import fused_geglu
-from common.measuring import bench, traffic
+from common.measuring import traffic
 from models import GeGLUMLP
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
-from tracereader import compare, expectations, findings
-from tracereader import load as trace_reader
-from tracereader.kernel_names import classify
+from tracereader.analyses import bench as profiled
+from tracereader.analyses import diff
+from tracereader.judge import expectations, findings
+from tracereader.names.kernel_names import classify
+from tracereader.render import compare as compare_text
+from tracereader.trace import load as trace_reader
 
 SCRIPT = "03_fused_mlp"
 OP = fused_geglu.OP
@@ -36,7 +39,7 @@ def interpreted(tmp_path_factory):
     traces = tmp_path_factory.mktemp("interpreted")
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "interpret_fused_mlp.py"), str(traces)],
+        [sys.executable, "-m", "tests.interpret_fused_mlp", str(traces)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -176,7 +179,7 @@ def test_fp32_down_gemm_split_in_two_cublas_kernels_counts_once():
 def test_compare_against_the_compiled_mlp_shows_g_and_u_gone_from_hbm():
     tokens, dim, hidden, bf16 = 64 * 128, 768, 3072, 2
     simple = trace_reader.load(H100 / "03_simple_mlp" / f"{POSTS}_compile.json.gz")
-    result = compare.compare(simple, trace_reader.load(FUSED_COMPILED))
+    result = diff.compare(simple, trace_reader.load(FUSED_COMPILED))
     assert [e["class"] for e in result["only_in_a"]] == ["gemm", "gemm", "inductor"]
     assert [e["class"] for e in result["only_in_b"]] == ["triton"]
     # gate and up: x and a weight read, g (or u) written; the GeGLU reads g, u, writes m
@@ -190,16 +193,16 @@ def test_compare_against_the_compiled_mlp_shows_g_and_u_gone_from_hbm():
     simple_model = load_script("03_simple_mlp").traffic_model(tokens, dim, hidden, bf16, fused=True)
     assert traffic.total(simple_model)[0] == traffic.total([fused_model, down])[0]  # same FLOPs
     assert result["extra_bytes_unknown"] == {"a": [], "b": []}
-    assert "(difference 213.9 MB)" in compare.text(result)
+    assert "(difference 213.9 MB)" in compare_text.text(result)
 
 
 def test_compare_says_which_kernel_it_cannot_count():
     """Eagerly the kernel is launched straight from Python: no op records its shapes, so the
     comparison names it instead of counting it as zero."""
     simple = trace_reader.load(H100 / "03_simple_mlp" / f"{POSTS}_compile.json.gz")
-    result = compare.compare(simple, trace_reader.load(FUSED_EAGER))
+    result = diff.compare(simple, trace_reader.load(FUSED_EAGER))
     assert result["extra_bytes_unknown"]["b"] == ["fused_gate_up_geglu_tma_kernel"]
-    text = compare.text(result)
+    text = compare_text.text(result)
     assert "difference" not in text
     assert "not counted in B (no byte estimate: no usable recorded shapes" in text
     assert (
@@ -211,7 +214,7 @@ def test_compare_says_which_kernel_it_cannot_count():
 def test_bench_matches_the_model_to_the_real_kernels():
     trace = trace_reader.load(FUSED_EAGER)
     model = load_script(SCRIPT).traffic_model(64 * 128, 768, 3072, 2)
-    times = bench.kernel_times(trace, model)
+    times = profiled.kernel_times(trace, model)
     assert not isinstance(times, str), times
     fused_us, down_us = (t * 1e6 for t in times)
     kernels = [(i.name, i.dur) for i in trace.steps[1].gpu if i.kind == "kernel"]
@@ -297,7 +300,7 @@ def test_tuner_lists_the_opt_in_path_with_distinct_pasteable_candidates():
 @pytest.mark.slow
 def test_tuner_refuses_an_unknown_path_in_one_line():
     proc = subprocess.run(
-        [sys.executable, "tools/tune_fused_mlp.py", "--paths", "hopper,hoper"],
+        [sys.executable, "-m", "tools.tune_fused_mlp", "--paths", "hopper,hoper"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -309,13 +312,13 @@ def test_tuner_refuses_an_unknown_path_in_one_line():
 
 @pytest.mark.slow
 def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memory():
-    """tools/fused_geglu_sass.py compiles both committed Hopper configurations for sm_90 with
+    """tools/dev/fused_geglu_sass.py compiles both committed Hopper configurations for sm_90 with
     Triton's own ptxas (no GPU): hopper-epi's GeGLU is one MUFU.TANH per element where the
     hopper path spends an exp2 and a reciprocal, its two stores per tile are two TMA stores,
     and its 4 stages fit in Hopper's 227 KB."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "tools/fused_geglu_sass.py"],
+        [sys.executable, "-m", "tools.dev.fused_geglu_sass"],
         cwd=ROOT,
         env={**env, "TRITON_DEFAULT_FP_FUSION": "1"},
         capture_output=True,
@@ -343,7 +346,7 @@ def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memo
 @pytest.mark.slow
 def test_ncu_driver_refuses_an_unknown_config_before_looking_for_a_gpu():
     proc = subprocess.run(
-        [sys.executable, "tools/ncu_fused_mlp.py", "--configs", "hopper,hoper"],
+        [sys.executable, "-m", "tools.dev.ncu_fused_mlp", "--configs", "hopper,hoper"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -359,7 +362,7 @@ def test_tuner_on_a_cpu_says_it_needs_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     proc = subprocess.run(
-        [sys.executable, "tools/tune_fused_mlp.py", "--quick"],
+        [sys.executable, "-m", "tools.tune_fused_mlp", "--quick"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -18,21 +18,23 @@ from functools import cache
 import pytest
 
 from tests.helpers import EXTERNAL_TRACES, ROOT, read_trace
-from tracereader.kernel_names import (
+from tracereader.names.kernel_classes import (
     CLASSES,
     CUDA_CORES,
     FP8,
     GROUPS,
     TENSOR_CORES,
     TF32,
-    _parts,
+    group,
+)
+from tracereader.names.kernel_names import (
     classify,
     collective_kind,
     gemm_precision,
-    group,
     is_collective,
     readable,
 )
+from tracereader.names.name_parts import split_name
 
 needs_traces = pytest.mark.skipif(
     not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces"
@@ -205,7 +207,7 @@ CONVS = [
     "void cutlass_cudnn_train::Kernel<cutlass_tensorop_s1688wgrad_optimized_tf32_256x64_16x4_nhwc"
     "_align4>(cutlass_tensorop_s1688wgrad_optimized_tf32_256x64_16x4_nhwc_align4::Params)",
     MANGLED_CONV,
-    # cuDNN's workspace set-up before a weight gradient on an H100 (tools/kernel_classes_gpu.py)
+    # cuDNN's workspace set-up before a weight gradient on an H100 (tools/dev/kernel_classes_gpu.py)
     "void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::"
     "implicit_gemm::wgrad_indexed::Warp_specialized_params>(int)",
     # ATen's own depthwise convolution
@@ -230,7 +232,7 @@ def test_resnet_2021_reads_as_convolutions_first_with_no_triton(relative):
     assert by_group.most_common(1)[0][0] == "conv"
     classes = {name: classify(name).cls for name in gpu_time(relative)}
     assert "triton" not in classes.values()
-    others = {_parts(n).function for n, cls in classes.items() if cls == "other"}
+    others = {split_name(n).function for n, cls in classes.items() if cls == "other"}
     assert others <= {"transpose_readWrite_alignment_kernel"}
 
 
@@ -417,7 +419,7 @@ def test_no_library_kernel_of_the_external_traces_is_left_other():
     for path in sorted(EXTERNAL_TRACES.rglob("*.json*")):
         for name in gpu_time(str(path.relative_to(EXTERNAL_TRACES))):
             klass = classify(name)
-            function = _parts(name).function
+            function = split_name(name).function
             if klass.cls == "other" and library.search(function):
                 assert function.startswith("dpsk::grouped_gemm::cuda::utils::"), name
             if klass.cls == "triton":
@@ -455,7 +457,7 @@ def test_every_class_lands_in_one_summary_group():
 def test_inductor_names_decode_without_importing_torch():
     code = (
         "import sys\n"
-        "from tracereader.kernel_names import classify\n"
+        "from tracereader.names.kernel_names import classify\n"
         "k = classify('triton_per_fused__softmax_exp_masked_fill_mul_prepare_softmax_online_"
         "sub_view_0')\n"
         "print(k.facts['fused_ops'], 'torch' in sys.modules)\n"
@@ -469,10 +471,10 @@ def test_inductor_names_decode_without_importing_torch():
 
 @pytest.mark.slow
 def test_op_names_are_the_installed_torchs():
-    """tracereader/op_names.py is torch's list as tools/op_names.py writes it (in a fresh
+    """tracereader/names/op_names.py is torch's list as tools/dev/op_names.py writes it (in a fresh
     interpreter: imports register higher-order ops); rerun the tool when torch adds ops."""
     check = subprocess.run(
-        [sys.executable, str(ROOT / "tools/op_names.py"), "--check"],
+        [sys.executable, str(ROOT / "tools/dev/op_names.py"), "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -15,9 +15,10 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from tracereader import compare, explain, intervals
-from tracereader import load as trace_reader
 from tracereader.analyses import modules
+from tracereader.commands import compare, explain
+from tracereader.trace import intervals
+from tracereader.trace import load as trace_reader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MLP = FIXTURES / "h100/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json.gz"

@@ -1,5 +1,5 @@
 """Where QuACK's gated GEMM is measured beside the fused MLP (tools/tune_fused_mlp.py,
-03_shape_sweep.py): listed only where quack.gemm_interface imports on an SM90 GPU. A stand-in
+tools/shape_sweep.py): listed only where quack.gemm_interface imports on an SM90 GPU. A stand-in
 `quack.gemm_interface` in sys.modules plays the installed package (no GPU here to run it)."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from types import ModuleType
 
 import pytest
 
-from common import cli, quack_gemm
+import quack_gemm
+from common import cli
 from tests.helpers import load_script
 
-tuner = load_script("tools/tune_fused_mlp")
-sweep = load_script("03_shape_sweep")
+tuner = load_script("tools.tune_fused_mlp")
+sweep = load_script("tools.shape_sweep")
 
 
 @pytest.fixture
@@ -73,7 +74,7 @@ def test_the_sweep_counts_quacks_gated_gemm_as_the_fused_gate_up():
 
 def test_quack_is_left_out_of_an_fp32_run_with_its_reason(quack_installed):
     """Its gated GEMM takes bf16/fp16: an fp32 sweep skips it, and asking for it is refused."""
-    sweep = load_script("03_shape_sweep")
+    sweep = load_script("tools.shape_sweep")
     assert "fp32" in quack_gemm.unavailable(9, "fp32")
     assert "quack" not in sweep.choose_variants(None, on_gpu=True, major=9, dtype="fp32")
     with pytest.raises(cli.UsageError, match="takes bf16 or fp16, not fp32"):

@@ -14,11 +14,14 @@ from types import SimpleNamespace
 import pytest
 
 from common import shapes
-from common.measuring import bench
 from tests.helpers import load_script
-from tracereader import expectations, explain, findings, footprint
-from tracereader import load as trace_reader
-from tracereader.kernel_names import CUDA_CORES, TENSOR_CORES, TF32, classify, gemm_precision
+from tracereader.analyses import bench as profiled
+from tracereader.commands import explain
+from tracereader.judge import expectations, findings
+from tracereader.names import footprint
+from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
+from tracereader.names.kernel_names import classify, gemm_precision
+from tracereader.trace import load as trace_reader
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100 = FIXTURES / "h100"
@@ -216,12 +219,12 @@ def test_split_k_finding_only_where_there_is_a_reduce():
 def test_bench_times_a_split_k_gemm_as_one_kernel():
     trace = trace_reader.load(SPLIT_K)
     model = load_script("01_matmul_add").traffic_model(33, 4, compiled=False)
-    times = bench.kernel_times(trace, model)
+    times = profiled.kernel_times(trace, model)
     assert not isinstance(times, str), times
     sgemm = sorted(s.gpu[0].dur + s.gpu[1].dur for s in trace.steps)[1]
     add = sorted(s.gpu[2].dur for s in trace.steps)[1]
     assert times == pytest.approx([sgemm / 1e6, add / 1e6])
-    assert [cls for cls, _ in bench.operations(trace.steps[0])] == ["gemm", "elementwise"]
+    assert [cls for cls, _ in profiled.operations(trace.steps[0])] == ["gemm", "elementwise"]
 
 
 # --- footprint and the occupancy worked out from it ------------------------------------------
@@ -426,7 +429,7 @@ def test_bench_matches_the_fused_attention_kernel_to_its_model():
     for backend in ("efficient", "flash", "cudnn"):
         trace = trace_reader.load(SDPA / f"{SHAPE}_eager_{backend}.json.gz")
         model = load_script("04_c_sdpa_attention").traffic_model(sizes, 2, backend)
-        (seconds,) = bench.kernel_times(trace, model)
+        (seconds,) = profiled.kernel_times(trace, model)
         kernels = sorted(
             next(i.dur for i in s.gpu if i.klass.cls == "attention") for s in trace.steps
         )

@@ -13,9 +13,13 @@ from types import SimpleNamespace
 import pytest
 
 from tests.helpers import EXTERNAL_TRACES
-from tracereader import explain, findings, intervals, ranks
-from tracereader import load as trace_reader
 from tracereader.analyses import breakdown, collectives
+from tracereader.commands import explain
+from tracereader.judge import findings
+from tracereader.reading import read_run
+from tracereader.trace import intervals
+from tracereader.trace import load as trace_reader
+from tracereader.trace.runs import runs_at
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTERNAL = EXTERNAL_TRACES
@@ -61,7 +65,7 @@ def test_gpu_busy_is_the_union_of_three_overlapping_streams():
     trace = trace_reader.load(path)
     (step,) = trace.steps
     busy = breakdown.busy(step.gpu)
-    assert step.gpu_time > 1.8 * busy  # summed, the overlapping streams count twice
+    assert step.gpu_sum > 1.8 * busy  # summed, the overlapping streams count twice
     assert breakdown.window(trace)["gpu_busy_us"] == pytest.approx(raw_gpu_union(path), rel=5e-3)
     # busy 128.5 of 112.2 ms CPU time: GPU-bound, not "balanced"
     bound = next(f for f in findings.read(trace) if f.topic == "bound")
@@ -89,9 +93,9 @@ def test_gpu_trace_without_device_properties_is_a_gpu_trace(capsys):
 
 def test_a_rank_folder_named_as_hta_names_it_reads_its_communication():
     folder = external("hta/vit_sampled_2ranks")
-    (stem, files), *_ = ranks.runs_at(folder).items()
+    (stem, files), *_ = runs_at(folder).items()
     assert sorted(files) == [0, 1]
-    result = ranks.read_run(stem, files)
+    result = read_run(stem, files)
     shares = [r["comm_us"] / (r["comm_us"] + r["compute_us"]) for r in result["per_rank"]]
     assert min(shares) > 0.5  # it read 0% when the traces were taken for CPU-only ones
 
@@ -102,7 +106,7 @@ def test_torchtitan_iteration_folders_and_plain_rank_names(tmp_path, capsys):
         (tmp_path / "iteration_10").mkdir(exist_ok=True)
         data = (source / f"rank-{rank}.json.gz").read_bytes()
         (tmp_path / "iteration_10" / f"rank{rank}_trace.json.gz").write_bytes(data)
-    runs = ranks.runs_at(tmp_path)
+    runs = runs_at(tmp_path)
     assert list(runs) == [tmp_path / "iteration_10"] and sorted(runs[tmp_path / "iteration_10"])
     assert "2 of 128 ranks" in explained(tmp_path, capsys=capsys)
 
@@ -313,8 +317,8 @@ def test_a_run_read_with_a_rank_already_loaded_reads_the_same_and_skips_its_file
     """A lesson's rank 0 has read its own trace: read_run takes it instead of reading the file
     again (here the file is gone), and the reading is the same."""
     stem = Path(__file__).parent / "fixtures/h200x2/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager"
-    (found, files), *_ = ranks.runs_at(stem).items()
+    (found, files), *_ = runs_at(stem).items()
     assert found == stem and sorted(files) == [0, 1]
     rank0 = trace_reader.load(files[0])
     moved = {0: tmp_path / "rank0_not_there.json.gz", 1: files[1]}
-    assert ranks.read_run(stem, moved, loaded={0: rank0}) == ranks.read_run(stem, files)
+    assert read_run(stem, moved, loaded={0: rank0}) == read_run(stem, files)

@@ -53,7 +53,7 @@ def to_argv(command: str) -> list[str] | None:
     elif rest[0] == "torchrun":  # the console script of torch.distributed.run
         rest = ["-m", "torch.distributed.run", *rest[1:]]
     elif rest[0] in ("explain", "compare"):  # the project's console commands
-        rest = ["-m", f"tracereader.{rest[0]}", *rest[1:]]
+        rest = ["-m", f"tracereader.commands.{rest[0]}", *rest[1:]]
     rest = [str(ROOT / w) if w.endswith(".py") and not w.startswith("-") else w for w in rest]
     return [sys.executable, *rest]
 
@@ -79,6 +79,8 @@ def test_readme_command_runs_as_shown(command, tmp_path_factory):
         (work / "tests").symlink_to(ROOT / "tests")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN",)}
     env.update(assignments(command))
+    # the README's commands run from the repository root: `python -m tools.X` finds tools/ there
+    env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run(
         to_argv(command), cwd=work, capture_output=True, text=True, timeout=600, env=env
     )

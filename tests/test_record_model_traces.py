@@ -1,4 +1,4 @@
-"""tools/record_model_traces.py at its tiny configs on the CPU: the traces the lead records on a
+"""tools/dev/record_model_traces.py at its tiny configs on the CPU: the traces the lead records on a
 GPU in one command, recorded here the same way. Skipped where transformers or timm is not
 importable (they are not the project's dependencies; run with
 `uv run --with 'transformers>=5' --with timm pytest tests/test_record_model_traces.py`)."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOL = ROOT / "tools/record_model_traces.py"
+TOOL = ROOT / "tools/dev/record_model_traces.py"
 
 
 def run(*argv: str) -> subprocess.CompletedProcess:
@@ -64,8 +64,8 @@ def test_tiny_training_steps_are_recorded_with_their_provenance(tmp_path):
 @pytest.mark.slow
 def test_with_modules_the_traces_carry_the_models_modules_and_no_other_python_frame(tmp_path):
     pytest.importorskip("transformers")
-    from tracereader import load
     from tracereader.analyses import modules
+    from tracereader.trace import load
 
     proc = run("--tiny", "--device", "cpu", "--with-modules", "--only", "llama_train",
                "--out", str(tmp_path))  # fmt: skip

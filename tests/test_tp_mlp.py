@@ -12,11 +12,9 @@ checked on a synthetic 2-rank GPU trace pair built here and on real H200 ranks (
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +23,6 @@ import torch
 
 from common import outputs, torchrun
 from tests.helpers import (
-    PROFILER_CALLS,
     ROOT,
     inside,
     load_script,
@@ -33,23 +30,22 @@ from tests.helpers import (
     steps,
     torchrun_in_process,
 )
-from tracereader import compare, expectations, explain, ranks
-from tracereader import load as trace_reader
+from tools import tp_scaling
+from tools.dev import torchrun_check
+from tracereader import caches
+from tracereader.commands import compare, explain
+from tracereader.judge import expectations
+from tracereader.reading import read_run
+from tracereader.render import ranks as ranks_text
+from tracereader.trace import load as trace_reader
+from tracereader.trace.runs import runs_at
 
 SMALL = ["--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "32"]
 RANKS = {"eager": 4, "compile": 2}  # N > 2 eager, N = 2 compiled: every launch costs
 LAUNCH_TIMEOUT_S = 240  # a hung launch fails the test instead of hanging CI
 
 
-def tool(name: str):
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-
-
-check = tool("torchrun_check")  # launching, and reading what a launch left: as on the GPUs
+check = torchrun_check  # launching, and reading what a launch left: as on the GPUs
 files_under, exit_codes = check.files_under, check.exit_codes
 
 
@@ -148,7 +144,7 @@ def test_rank0_speaks_and_the_others_are_silent(eager):
     assert "4 of 4 ranks, gloo" in out and "skew of the step starts" in out  # the reading
     assert all(logs[r] == ("", "") for r in range(1, RANKS["eager"]))
     # what tools/tp_scaling.py takes from each run: --bench's line, the traces' reading
-    scaling = tool("tp_scaling")
+    scaling = tp_scaling
     summary = scaling.parse_summary(out)
     assert summary["ranks"] == 4 and summary["forward_us"] > 0 and summary["allreduce_us"] > 0
     traced = scaling.traced(out)
@@ -168,10 +164,10 @@ def test_compiled_run_is_as_expected(compiled):
 def test_the_multi_rank_reading_of_cpu_traces(eager):
     folder, _ = eager
     n = RANKS["eager"]
-    runs = ranks.runs_at(folder)
+    runs = runs_at(folder)
     (found,) = runs
     assert found.name == stem("eager") and sorted(runs[found]) == list(range(n))
-    result = ranks.read_run(found, runs[found])
+    result = read_run(found, runs[found])
     assert result["world"] == n and result["backend"] == "gloo" and result["device"] is None
     assert result["problems"] == [] and result["steps_matched"] == 3
     assert len(result["per_rank"]) == n
@@ -182,7 +178,7 @@ def test_the_multi_rank_reading_of_cpu_traces(eager):
     assert result["skew_us"]["median"] >= 0 and result["straggler"]["rank"] in range(n)
     coll = result["collective"]
     assert coll["bytes"] == 2 * 4 * 16 * 2 and coll["bus_GBps"] is None  # bf16 [2, 4, 16]
-    reading = ranks.text(result)
+    reading = ranks_text.text(result)
     assert "skew of the step starts" in reading and "no bandwidth from a CPU trace" in reading
 
 
@@ -208,7 +204,7 @@ def test_explain_and_compare_take_rank_folders(eager, compiled, capsys):
 
 
 def test_scaling_tool_plans_any_n_the_shapes_split_over(capsys):
-    scaling = tool("tp_scaling")
+    scaling = tp_scaling
     assert scaling.main(["out", "--dry-run", "--ranks", "1,2"]) == 0
     commands = capsys.readouterr().out.splitlines()
     assert len(commands) == 8  # 2 shapes x 2 modes x 2 rank counts
@@ -347,18 +343,16 @@ def test_agreeing_publish_renames_nothing_unless_every_rank_wrote(tmp_path):
     assert json.loads(final.read_text()) == {"torch_version": torch.__version__}  # stamped
 
 
-def test_the_lesson_shows_its_module_plan_and_profiler_loop():
-    source = (ROOT / "05_tp_mlp.py").read_text()
-    for call in (
-        "init_device_mesh(",
-        "parallelize_module(mlp, mesh, PLAN)",
-        "ColwiseParallel()",
-        "RowwiseParallel()",
-        *PROFILER_CALLS,
-    ):
-        assert call in source
+def test_the_plan_splits_gate_and_up_by_columns_and_down_by_rows():
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
     lesson = load_script("05_tp_mlp")
-    assert {"EXPECT", "traffic_model", "reference", "GeGLUMLP"} <= set(vars(lesson))
+    plan = {name: type(style) for name, style in lesson.PLAN.items()}
+    assert plan == {
+        "gate_proj": ColwiseParallel,
+        "up_proj": ColwiseParallel,
+        "down_proj": RowwiseParallel,
+    }
     one = lesson.expectation("eager", "gloo", 1)
     assert "c10d::allreduce_" in one.cpu_absent and one.gpu["collective"] == 0
     nccl = lesson.expectation("eager", "nccl", 2)
@@ -428,8 +422,8 @@ def gpu_rank_trace(path: Path, rank: int, *, late_us: float) -> None:
 def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
     gpu_rank_trace(tmp_path / "run_rank0.json.gz", 0, late_us=0)
     gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=50)  # the straggler
-    runs = ranks.runs_at(tmp_path / "run")
-    result = ranks.read_run(tmp_path / "run", runs[tmp_path / "run"])
+    runs = runs_at(tmp_path / "run")
+    result = read_run(tmp_path / "run", runs[tmp_path / "run"])
     assert result["problems"] == [] and result["device"] == "NVIDIA H200"
     r0, r1 = result["per_rank"]
     assert r0["compute_us"] == pytest.approx(3 * 40 + 30)
@@ -443,19 +437,32 @@ def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
     assert coll["bytes"] == TOKENS * DIM * 2 and coll["transfer_us"] == pytest.approx(45)
     busbw = 2 * (2 - 1) / 2 * TOKENS * DIM * 2 / 45e-6 / 1e9
     assert coll["bus_GBps"] == pytest.approx(busbw) and coll["link_GBps"] is None
-    assert "not measured on this machine yet" in ranks.text(result)
-    # with the link measured (by a --bench run), the reading compares against it
-    ranks.store_link(ranks.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
-    again = ranks.read_run(tmp_path / "run", runs[tmp_path / "run"])
+    assert "not measured on this machine yet" in ranks_text.text(result)
+    # with the link measured, the reading compares against it
+    link = {"bus_bytes_per_s": 400e9, "measured": "test"}
+    again = read_run(tmp_path / "run", runs[tmp_path / "run"], link=link)
     assert again["collective"]["share_of_link"] == pytest.approx(busbw / 400)
-    assert "this all-reduce reaches" in ranks.text(again)
+    assert "this all-reduce reaches" in ranks_text.text(again)
+
+
+def test_the_link_a_bench_run_cached_reaches_the_command_not_the_reading(tmp_path, capsys):
+    gpu_rank_trace(tmp_path / "run_rank0.json.gz", 0, late_us=0)
+    gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=50)
+    caches.store_link(caches.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
+    # one trace reads the same on every machine: the reading opens no cache ...
+    files = {r: tmp_path / f"run_rank{r}.json.gz" for r in (0, 1)}
+    reading = read_run(tmp_path / "run", files)
+    assert reading["collective"]["bus_GBps"] and reading["collective"]["link_GBps"] is None
+    # ... the command looks the link up and hands it over
+    assert explain.main([str(tmp_path / "run")]) == 0
+    assert "the link: 400 GB/s (test): this all-reduce reaches" in capsys.readouterr().out
 
 
 def test_a_missing_rank_is_a_problem_not_a_crash(tmp_path):
     gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=0)
-    result = ranks.read_run(tmp_path / "run", {1: tmp_path / "run_rank1.json.gz"})
+    result = read_run(tmp_path / "run", {1: tmp_path / "run_rank1.json.gz"})
     assert result["problems"] == ["1 rank(s) of 2 missing (0): the reading covers 1 rank(s)"]
-    assert "PROBLEM" in ranks.text(result)
+    assert "PROBLEM" in ranks_text.text(result)
 
 
 def test_a_damaged_rank_trace_is_one_line_exit_2(tmp_path, capsys):
@@ -475,7 +482,7 @@ def test_real_two_gpu_rank_traces(mode):
     declared expectation, and the multi-rank reading finds the all-reduce and its bandwidth."""
     stem = REAL / f"b64_s128_d768_h3072_bf16_tp2_{mode}"
     lesson = load_script("05_tp_mlp")
-    runs = ranks.runs_at(stem)
+    runs = runs_at(stem)
     (paths,) = runs.values()
     assert sorted(paths) == [0, 1]
     for path in paths.values():
@@ -486,7 +493,7 @@ def test_real_two_gpu_rank_traces(mode):
         for step in trace.steps:
             (nccl,) = [i for i in step.gpu if i.klass.cls == "collective"]
             assert nccl.klass.detail.startswith("AllReduce Sum bf16")
-    result = ranks.read_run(stem, paths)
+    result = read_run(stem, paths)
     assert result["problems"] == [] and result["device"] == "NVIDIA H200"
     coll = result["collective"]
     assert coll["bytes"] == 64 * 128 * 768 * 2  # the [64, 128, 768] bf16 output, 12.6 MB

@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import load_script, run_script
-from tracereader import compare, expectations, explain, findings
-from tracereader import load as trace_reader
-from tracereader.kernel_names import classify, decode_fused_ops, labels
+from tracereader.analyses import diff
+from tracereader.commands import compare, explain
+from tracereader.judge import expectations, findings
+from tracereader.names.kernel_names import classify, decode_fused_ops, labels
+from tracereader.reading import Reading
+from tracereader.render import trace as render
+from tracereader.trace import load as trace_reader
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 H100 = Path(__file__).parent / "fixtures" / "h100"
@@ -182,7 +186,7 @@ def test_inductor_names_decode_into_their_fused_ops():
 def test_compare_eager_and_compiled_mlp():
     eager = fixture("03_simple_mlp", f"{POSTS_MLP}_eager")
     compiled = fixture("03_simple_mlp", f"{POSTS_MLP}_compile")
-    result = compare.compare(eager, compiled)
+    result = diff.compare(eager, compiled)
     assert result["gemms_identical"] and not result["gpu_identical"]
     assert [e["class"] for e in result["only_in_a"]] == ["elementwise", "elementwise"]
     assert [e["class"] for e in result["only_in_b"]] == ["inductor"]
@@ -208,16 +212,16 @@ M, K, N, B = 8, 4, 6, 3
 )
 def test_compare_counts_a_gemms_operands_and_its_product(shapes, written):
     inputs = sum(math.prod(s) for s in shapes) * 2
-    assert compare._gemm_bytes(shapes, 2, inputs) == inputs + written * 2
+    assert diff._gemm_bytes(shapes, 2, inputs) == inputs + written * 2
 
 
 @pytest.mark.parametrize("shapes", [[(M, K), (K,)], [(M, K), (N, K)], [(K,)]])
 def test_compare_has_no_gemm_estimate_without_two_contracting_matrices(shapes):
-    assert compare._gemm_bytes(shapes, 2, 100) is None  # mv, a mismatch, a vector
+    assert diff._gemm_bytes(shapes, 2, 100) is None  # mv, a mismatch, a vector
 
 
 def test_compare_linear_eager_and_compiled_same_kernel():
-    result = compare.compare(
+    result = diff.compare(
         fixture("02_linear", "b1024_in32_out64_bf16_eager"),
         fixture("02_linear", "b1024_in32_out64_bf16_compile"),
     )
@@ -343,7 +347,7 @@ def test_cpu_trace_made_here_reads_as_cpu_only(tmp_path, capsys):
     trace = trace_reader.load(tmp_path / "02_linear" / "b8_in32_out64_bf16_eager_cpu.json")
     assert trace.device is None and trace.gpu_items == 0 and len(trace.steps) == 3
     assert findings.read(trace)[0].message.startswith("CPU-only trace")
-    text = explain.text(trace)
+    text = render.text(Reading(trace))
     assert "aten::linear" in text and "launched no GPU work" not in text  # nothing could
 
 
@@ -360,7 +364,7 @@ def test_strict_turns_a_mismatch_into_exit_3(tmp_path, monkeypatch, capsys):
 def test_compare_charges_a_memcpy_its_own_bytes_twice():
     """addmm's Memcpy DtoD copies b (4096 x 4096 bf16) into the output: it reads and writes
     those bytes, not the addmm's three inputs plus an output."""
-    result = compare.compare(
+    result = diff.compare(
         fixture("01_matmul_add", "4096_bf16_warm_eager"),
         fixture("01_matmul_add", "4096_bf16_warm_compile"),
     )
@@ -371,7 +375,7 @@ def test_compare_charges_a_memcpy_its_own_bytes_twice():
         for i in fixture("01_matmul_add", "4096_bf16_warm_compile").steps[0].gpu
         if i.kind == "memset"
     )
-    assert compare.item_bytes(memset) == memset.args["bytes"] == 4  # written once
+    assert diff.item_bytes(memset) == memset.args["bytes"] == 4  # written once
 
 
 def test_compare_labels_keep_what_tells_the_gemms_apart(capsys):

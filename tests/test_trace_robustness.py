@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tracereader import compare, explain, findings
-from tracereader import load as trace_reader
-from tracereader.model import UNNAMED_GPU, WINDOW
+from tracereader.commands import compare, explain
+from tracereader.judge import findings
+from tracereader.reading import Reading
+from tracereader.render import trace as render
+from tracereader.trace import load as trace_reader
+from tracereader.trace.model import UNNAMED_GPU, WINDOW
 
 H200 = Path(__file__).parent / "fixtures" / "h200"
 LINEAR = H200 / "02_linear" / "b8_in4_out6_bf16_eager.json.gz"
@@ -188,14 +191,17 @@ def test_json_output_is_strict_even_for_non_finite_input(tmp_path, capsys):
     for step in data["traces"][0]["steps"]:  # what is left: the annotation around each forward
         assert not step["gpu"] and [o["name"] for o in step["cpu_ops"]] == ["linear_fwd"]
     with pytest.raises(ValueError):
-        explain.dump_json({"x": float("nan")}, sys.stdout)  # refuses rather than writes NaN
+        render.dump_json({"x": float("nan")}, sys.stdout)  # refuses rather than writes NaN
 
 
 def test_json_is_written_step_by_step_exactly_as_json_dumps_would(capsys):
     for path in (MLP, H200 / "01_matmul_add" / "64_bf16_warm_compile.json.gz"):
         trace = trace_reader.load(path)
         assert explain.main([str(path), "--json"]) == 0
-        assert capsys.readouterr().out == json.dumps(explain.as_dict(trace), indent=2) + "\n"
+        assert (
+            capsys.readouterr().out
+            == json.dumps(render.document([render.trace_dict(Reading(trace))]), indent=2) + "\n"
+        )
 
 
 def test_names_that_cannot_be_printed_are_mended(tmp_path):
@@ -291,11 +297,11 @@ def test_names_that_look_like_event_boundaries_are_read_whole(batch, monkeypatch
     assert read == sorted((o.name, o.ts) for s in trace_reader.load(path).steps for o in s.cpu_ops)
 
 
-# --- large traces: the generator of tools/trace_bench.py ------------------------------------
+# --- large traces: the generator of tools/dev/trace_bench.py ------------------------------------
 
 
 def bench_tool():
-    from tools import trace_bench
+    from tools.dev import trace_bench
 
     return trace_bench
 

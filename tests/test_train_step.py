@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+import tracereader
 from common import check, training
 from tests.helpers import ROOT, load_script, run_script
-from tracereader import expectations
-from tracereader import load as trace_reader
 from tracereader.analyses.phases import step as phases_of
+from tracereader.judge import expectations
+from tracereader.trace import load as trace_reader
 
 TINY = ["--batch", "1", "--seq", "8", "--dim", "16", "--hidden", "32", "--heads", "2"]
 TINY += ["--layers", "1", "--vocab", "32", "--wait", "0", "--warmup-steps", "0", "--active", "1"]
@@ -42,7 +43,7 @@ def test_one_step_matches_the_reference_and_each_phase_its_guess(
     assert run_step(tmp_path, "--optimizer", optimizer, "--precision", precision) == 0
     printed = capsys.readouterr().out
     assert "correctness: loss" in printed and ": ok" in printed
-    phases = training.phase_steps(trace_of(tmp_path), ("forward", "backward", "optimizer"))
+    phases = tracereader.phase_steps(trace_of(tmp_path), ("forward", "backward", "optimizer"))
     names = {phase: {op.name for op in steps[0].cpu_ops} for phase, steps in phases.items()}
     # each phase holds its own work and none of the others'
     assert "aten::cross_entropy_loss" in names["forward"]
@@ -60,7 +61,7 @@ def test_one_step_matches_the_reference_and_each_phase_its_guess(
 @pytest.mark.slow
 def test_compiled_step_matches_the_reference(tmp_path, capsys):
     assert run_step(tmp_path, "--compile", "--optimizer", "fused") == 0
-    phases = training.phase_steps(trace_of(tmp_path), ("forward", "backward", "optimizer"))
+    phases = tracereader.phase_steps(trace_of(tmp_path), ("forward", "backward", "optimizer"))
     assert "CompiledFunctionBackward" in {op.name for op in phases["backward"][0].cpu_ops}
 
 
@@ -128,11 +129,11 @@ def test_the_lessons_guess_holds_on_a_real_h100_step(path):
         compiled=compiled,
     )
     trace = trace_reader.load(path)
-    phases = training.phase_steps(trace, lesson.PHASES)
+    phases = tracereader.phase_steps(trace, lesson.PHASES)
     for phase, cut in phases.items():
         expect = lesson.EXPECT[phase](variant)
-        verdict = expectations.check(training.phase_trace(trace, cut), expect)
-        assert verdict.ok, (phase, expectations.render(verdict, expect))
-    assert training.launched_under(phases["optimizer"], "Optimizer.zero_grad#") == 0
+        verdict = expectations.check(trace.with_steps(cut), expect)
+        assert verdict.ok, (phase, verdict.text)
+    assert tracereader.launched_under(phases["optimizer"], "Optimizer.zero_grad#") == 0
     # the attention's backward is attention, cuDNN's helpers included, not a convolution
     assert not any(item.klass.cls == "conv" for s in phases["backward"] for item in s.gpu)

@@ -7,13 +7,13 @@ working tree, so `pack` bundles the wheels into one uncompressed tar (the wheels
 zip-compressed) and cuts it into parts of at most --part-mib, each in its own folder with a
 manifest of every part's and every wheel's sha256:
 
-    uv run python tools/carry_wheels.py pack              # here, with PyPI: .gpu/wheels/part1 ...
+    uv run python -m tools.carry_wheels pack              # here, with PyPI: .gpu/wheels/part1 ...
 
 On the GPU machine, one call per part, while the machine stays warm (files under /tmp outlive a
 call there; the working tree is sent afresh each time, carried paths replaced):
 
-    python3 tools/carry_wheels.py gather .gpu/wheels/part1    (call 1, carry .gpu/wheels/part1)
-    python3 tools/carry_wheels.py install .gpu/wheels/part2   (call 2, carry .gpu/wheels/part2)
+    python3 -m tools.carry_wheels gather .gpu/wheels/part1    (call 1, carry .gpu/wheels/part1)
+    python3 -m tools.carry_wheels install .gpu/wheels/part2   (call 2, carry .gpu/wheels/part2)
 
 `gather` checks a part against the manifest and keeps it in --store; `install` does the same,
 then refuses (exit 2) unless every part is there and matches, joins them, checks each wheel and

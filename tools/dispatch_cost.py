@@ -16,22 +16,20 @@ time stays under the host's):
   eager forward         FusedGeGLUMLP as it runs eagerly (direct launch + down F.linear)
   F.linear              the down GEMM alone, for scale
 
-    python3 tools/dispatch_cost.py            (needs a CUDA GPU; ~20 s)
+    python3 -m tools.dispatch_cost            (needs a CUDA GPU; ~20 s)
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import fused_geglu  # noqa: E402
-from common import cli  # noqa: E402
-from common.measuring.timing import time_host  # noqa: E402
-from models import GeGLUMLP  # noqa: E402
+import fused_geglu
+from common import cli
+from common.measuring.timing import time_host
+from models import GeGLUMLP
 
 
 def empty_ops():

@@ -19,7 +19,7 @@ b36="$site:$site/nvidia_cutlass_dsl/dsl_packages"
 b18="$site-fa4b18:$b36"
 case $what in attention | mlp | llama | all) ;; *) echo "unknown: $what" >&2; exit 2 ;; esac
 if [ ! -d "$site/flash_attn" ] || [ ! -d "$site/quack" ]; then
-    echo "error: no Hopper wheel set in $site: run tools/carry_wheels.py install first" >&2
+    echo "error: no Hopper wheel set in $site: run python3 -m tools.carry_wheels install first" >&2
     exit 2
 fi
 work=$(mktemp -d)
@@ -77,10 +77,10 @@ fi
 # The tuner times both Hopper paths (hopper-epi: what fits from QuACK's kernel) beside QuACK.
 if [ "$what" = mlp ] || [ "$what" = all ]; then
     step 03fused_bench "$b36" 150 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --bench --traces-dir "$traces"
-    step tune_post "$b36" 300 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 90
+    step tune_post "$b36" 300 $py -m tools.tune_fused_mlp --quick --paths hopper,hopper-epi --budget-s 90
 fi
 if [ "$what" = llama ] || [ "$what" = all ]; then
-    step tune_llama "$b36" 420 $py tools/tune_fused_mlp.py --quick --paths hopper,hopper-epi --budget-s 120 \
+    step tune_llama "$b36" 420 $py -m tools.tune_fused_mlp --quick --paths hopper,hopper-epi --budget-s 120 \
         --m 8192 --dim 4096 --hidden 14336
 fi
 

@@ -1,8 +1,8 @@
 """Where a lesson's wall time goes, end to end: interpreter and imports, CUDA start-up,
 warm-up (and compile), the profiled loop, export, the table, reading the trace back, exit.
 
-    uv run python tools/startup_breakdown.py 02_linear.py
-    uv run python tools/startup_breakdown.py 03_simple_mlp.py --compile --runs 3
+    uv run python -m tools.startup_breakdown 02_linear.py
+    uv run python -m tools.startup_breakdown 03_simple_mlp.py --compile --runs 3
 
 Each run is a fresh process (as a user's `uv run` is). The child wraps the lesson's phases
 with a host clock by patching the functions the lessons call (nothing in the lessons changes)
@@ -61,7 +61,6 @@ timed(torch.profiler.profile, "export_chrome_trace", "export trace")
 timed(torch.profiler.profile, "key_averages", "table: key_averages")
 timed(profiling, "look", "read back: trace + expectations + findings")
 sys.argv = [SCRIPT, *ARGS]
-sys.path.insert(0, ROOT)
 t = time.perf_counter()
 try:
     runpy.run_path(SCRIPT, run_name="__main__")
@@ -75,11 +74,7 @@ sys.stderr.flush()
 
 
 def one_run(script: str, args: list[str], repo: Path) -> dict:
-    code = (
-        CHILD.replace("SCRIPT", repr(script))
-        .replace("ARGS", repr(args))
-        .replace("ROOT", repr(str(repo)))
-    )
+    code = CHILD.replace("SCRIPT", repr(script)).replace("ARGS", repr(args))
     begin = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=600

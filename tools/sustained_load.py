@@ -8,7 +8,7 @@ power limit (reason 0x4, software power cap), the clock drops to ~1500-1800 MHz,
 forward reads 187-192 us. Timings taken one after another across such a change compare power
 states, not code: tools/tune_fused_mlp.py times its forwards round-robin for that reason.
 
-    python3 tools/sustained_load.py --seconds 40        (needs a CUDA GPU)
+    python3 -m tools.sustained_load --seconds 40        (needs a CUDA GPU)
 """
 
 from __future__ import annotations
@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import fused_geglu  # noqa: E402
-from common import cli  # noqa: E402
-from common.measuring import timing  # noqa: E402
-from models import GeGLUMLP  # noqa: E402
-from tools.tune_fused_mlp import gpu_state  # noqa: E402
+import fused_geglu
+from common import cli
+from common.measuring import timing
+from models import GeGLUMLP
+from tools.tune_fused_mlp import gpu_state
 
 
 def main() -> int:

@@ -2,11 +2,11 @@
 at N = 1, 2, 4, 8 and every GPU of the machine (as many as it has), at the post's shape and at
 one 8x larger, eager and compiled; one table at the end, a CSV and each run's log beside it.
 
-    uv run python tools/tp_scaling.py OUT_DIR                      # every GPU of this machine
-    uv run python tools/tp_scaling.py OUT_DIR --ranks 1,2,3,6 --modes eager
-    uv run python tools/tp_scaling.py OUT_DIR --ranks 4 --shapes tiny --device cpu  # gloo
-    PYTHON=python3 python3 tools/tp_scaling.py OUT_DIR             # without uv
-    uv run python tools/tp_scaling.py OUT_DIR --dry-run            # the commands only
+    uv run python -m tools.tp_scaling OUT_DIR                      # every GPU of this machine
+    uv run python -m tools.tp_scaling OUT_DIR --ranks 1,2,3,6 --modes eager
+    uv run python -m tools.tp_scaling OUT_DIR --ranks 4 --shapes tiny --device cpu  # gloo
+    PYTHON=python3 python3 -m tools.tp_scaling OUT_DIR             # without uv
+    uv run python -m tools.tp_scaling OUT_DIR --dry-run            # the commands only
 
 The 8x shape widens the model (dim 2048, hidden 9216: 8x the weights and GEMM FLOPs of dim
 768, hidden 3072) at the same tokens, so the all-reduce (tokens x dim) grows only 2.7x: the
@@ -33,10 +33,11 @@ import sys
 import time
 from pathlib import Path
 
+from tracereader.commandline import Parser
+from tracereader.reading import read_run
+from tracereader.trace.runs import runs_at
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tracereader import ranks  # noqa: E402  (torch-free)
-from tracereader.commandline import Parser  # noqa: E402
 
 SHAPES = {
     "post": ["--batch", "64", "--seq", "128", "--dim", "768", "--hidden", "3072"],
@@ -84,10 +85,10 @@ def traced(stdout: str) -> dict[str, float]:
     if not found:
         return {}
     stem = Path(shlex.split(found[-1])[-1])
-    runs = ranks.runs_at(stem)
+    runs = runs_at(stem)
     if stem not in runs:
         return {}
-    reading = ranks.read_run(stem, runs[stem])
+    reading = read_run(stem, runs[stem])
     rows = reading["per_rank"]
     out = {}
     for key in ("comm_us", "exposed_us"):

@@ -30,9 +30,9 @@ hidden 3072, bf16), in this order:
 Times are triton.testing.do_bench medians (each call after an L2 flush). Candidates stop once
 --budget-s is spent, so the whole run ends well inside 8 minutes.
 
-    uv run python tools/tune_fused_mlp.py                      (needs a CUDA GPU; ~2 minutes)
-    uv run python tools/tune_fused_mlp.py --quick              (a few candidates per path)
-    python3 tools/tune_fused_mlp.py                            (the same, without uv)
+    uv run python -m tools.tune_fused_mlp                      (needs a CUDA GPU; ~2 minutes)
+    uv run python -m tools.tune_fused_mlp --quick              (a few candidates per path)
+    python3 -m tools.tune_fused_mlp                            (the same, without uv)
 """
 
 from __future__ import annotations
@@ -42,18 +42,17 @@ import math
 import sys
 import time
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import fused_geglu  # noqa: E402
-from common import check, cli, quack_gemm  # noqa: E402
-from common.measuring import timing  # noqa: E402
-from models import GeGLUMLP, geglu_reference  # noqa: E402
-from tracereader import devices  # noqa: E402
+import fused_geglu
+import quack_gemm
+from common import check, cli
+from common.measuring import timing
+from models import GeGLUMLP, geglu_reference
+from tracereader.names import devices
 
 Config = fused_geglu.Config
 

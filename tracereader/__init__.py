@@ -1,8 +1,53 @@
 """The trace reader behind `explain` and `compare`: any PyTorch profiler trace, torch-free.
 
-Layers, one file or folder each, in the order data flows: loading the file (`load`), the kernel
-classes and footprints the loader attaches (`kernel_names`, `footprint`), the readings
-(`findings`, declared `expectations`, the multi-rank reading in `ranks`), and the two commands
-(`explain`, `compare`) with their parser (`commandline`). Nothing here imports torch or the
-lessons' plumbing in `common/`; the lessons use it through `common.profiling.look`.
+Its layers, each a folder or file, import only from the ones above them in this list:
+
+    units, commandline, caches   leaves: numbers as text, the parser, the measurement caches
+    names/      what a name or an event says: kernel classes and decoded kernel names, torch's
+                op names, a kernel's footprint and occupancy, datasheet peaks of devices
+    trace/      a trace file into the trace model (load, model), time as unions (intervals),
+                the rank files of a run (runs)
+    analyses/   one module per analysis, each a pure function of the model and its arguments:
+                breakdown, idle, launches, syncs, phases, tops, variation, collectives,
+                modules, a rank's summary (ranks), across ranks (cross_ranks), two traces
+                (diff), the link as a curve (linkcurve), and the readings the lessons
+                print (training, sdpa, bench)
+    judge/      findings ranked by the time at stake; the lessons' declared expectations
+    reading     one Reading per trace (a run: read_run), built once
+    render/     text and JSON of a reading, of a diff, of a run: they format, compute nothing
+    commands/   explain and compare: argv -> reading -> render
+
+This module is the one door the lessons use: `load`, `read`, `read_run`, `run_text`,
+`bytes_text`, `Expect`, `check`, and the lessons' own readings: the training phases
+(`phase_steps`, `phase_line`, `launched_under`, `collectives_by_phase`) and 04_c's
+(`sdpa_row`, `host_time`). Nothing here imports torch or the lessons' plumbing in `common/`.
 """
+
+from __future__ import annotations
+
+# What the door hands out, loaded on first use: `import tracereader.commandline` (the lessons'
+# parser) must not pull in the reader.
+_DOOR = {
+    "load": ("tracereader.trace.load", "load"),
+    "read": ("tracereader.reading", "Reading"),
+    "read_run": ("tracereader.reading", "read_run"),
+    "run_text": ("tracereader.render.ranks", "text"),
+    "bytes_text": ("tracereader.units", "bytes_text"),
+    "Expect": ("tracereader.judge.expectations", "Expect"),
+    "check": ("tracereader.judge.expectations", "check"),
+    "phase_steps": ("tracereader.analyses.training", "phase_steps"),
+    "phase_line": ("tracereader.analyses.training", "phase_line"),
+    "launched_under": ("tracereader.analyses.training", "launched_under"),
+    "collectives_by_phase": ("tracereader.analyses.training", "collectives_by_phase"),
+    "sdpa_row": ("tracereader.analyses.sdpa", "summarize"),
+    "host_time": ("tracereader.analyses.sdpa", "host_time"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _DOOR:
+        raise AttributeError(name)
+    from importlib import import_module
+
+    module, attribute = _DOOR[name]
+    return getattr(import_module(module), attribute)

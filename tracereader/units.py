@@ -1,6 +1,6 @@
-"""Numbers as the reader prints them: durations for a person, cells of a table. A module of its
-own, with no imports, so that what prints a number (ranks, the lessons' reports) does not load
-the renderers and the analyses behind them."""
+"""Numbers as the reader prints them: durations for a person, cells of a table, byte counts. A
+module of its own, with no imports, so that what prints a number (ranks, the lessons' reports)
+does not load the renderers and the analyses behind them."""
 
 from __future__ import annotations
 
@@ -22,3 +22,12 @@ def duration(us: float | None) -> str:
 def cell(value: float | None) -> str:
     """A number in a table whose column header carries the unit; "-" where there is none."""
     return "-" if value is None else f"{value:.1f}"
+
+
+def bytes_text(n: float | None) -> str:
+    if n is None:
+        return "? bytes"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"

@@ -10,7 +10,7 @@ the host's dispatch apart. The slowest rank sets the pace of all: it is the numb
 
 The link: an all-reduce of a 256 MiB buffer, timed the same way, as bus bandwidth
 (2(N-1)/N x bytes / time, nccl-tests' busbw), measured once per kind of GPU, backend and rank
-count and cached beside the ceilings' cache (`tracereader.ranks.cache_path()`;
+count and cached beside the ceilings' cache (`tracereader.analyses.caches.cache_path()`;
 --fresh-ceilings measures again). The multi-rank reading compares each traced all-reduce with it.
 """
 
@@ -26,7 +26,8 @@ import torch.distributed as dist
 from common.cli import Run
 from common.measuring import bench, ceilings, timing, traffic
 from common.torchrun import Group
-from tracereader import ranks
+from tracereader import caches
+from tracereader.units import bytes_text
 
 LINK_BYTES = 1 << 28  # 256 MiB: past the size where an all-reduce's time is latency, not bandwidth
 # timed calls per rank (on a GPU queued between two CUDA events), and on a GPU how many times
@@ -67,8 +68,8 @@ def _link(run: Run, group: Group, *, fresh: bool) -> tuple[float | None, str, bo
     """The link's all-reduce bus bandwidth: (bytes/s, how measured, cached?)."""
     if not run.on_gpu or group.world == 1:
         return None, "", False
-    key = ranks.link_key(torch.cuda.get_device_name(run.device), group.backend, group.world)
-    found = None if fresh else ranks.cached_link(key)
+    key = caches.link_key(torch.cuda.get_device_name(run.device), group.backend, group.world)
+    found = None if fresh else caches.cached_link(key)
     # Measure if any rank lacks it: the measurement is a collective, all must take part.
     need = torch.tensor([int(found is None)], device=run.device)
     dist.all_reduce(need, op=dist.ReduceOp.MAX)
@@ -77,12 +78,12 @@ def _link(run: Run, group: Group, *, fresh: bool) -> tuple[float | None, str, bo
     buf = torch.zeros(LINK_BYTES // 2, dtype=torch.bfloat16, device=run.device)
     seconds = max(t.median_s for t in _gathered(time_fixed(lambda: dist.all_reduce(buf), run)))
     bus = 2 * (group.world - 1) / group.world * LINK_BYTES / seconds
-    measured = ranks.measured_stamp(
+    measured = caches.measured_stamp(
         f"{LINK_BYTES >> 20} MiB bf16 all-reduce over {group.world} ranks, {group.backend}, "
         f"torch {torch.__version__}"
     )
     if group.rank == 0:
-        ranks.store_link(key, bus, measured)
+        caches.store_link(key, bus, measured)
     return bus, measured, False
 
 
@@ -123,6 +124,13 @@ def _slowest(timings: list[timing.Timing]) -> tuple[int, float]:
     return rank, timings[rank].median_s
 
 
+def link(m: Measured | None) -> dict | None:
+    """The link --bench measured (or found cached), as the multi-rank reading takes it."""
+    if m is None or not m.link_bus_bytes_per_s:
+        return None
+    return {"bus_bytes_per_s": m.link_bus_bytes_per_s, "measured": m.link_measured}
+
+
 def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
     """Rank 0: what every rank measured, the slowest rank first."""
     n = m.world
@@ -155,7 +163,7 @@ def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
         _, alone = _slowest(m.allreduce)
         bus = 2 * (n - 1) / n * m.reduced_bytes / alone
         print(
-            f"  all-reduce alone ({ranks.bytes_text(m.reduced_bytes)}, {m.reduced_shape}): "
+            f"  all-reduce alone ({bytes_text(m.reduced_bytes)}, {m.reduced_shape}): "
             f"{bench.us(alone)} -> bus bandwidth 2(N-1)/N x bytes / time = {bus / 1e9:.3g} GB/s, "
             f"{alone / forward:.0%} of the forward's time"
         )

@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracereader import caches, devices
+from tracereader import caches
+from tracereader.names import devices
 
-PRECISIONS = ("bf16", "fp16", "tf32", "fp32")  # the datasheet's keys (tracereader.devices)
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32")  # the datasheet's keys (tracereader.names.devices)
 MEMORY = "memory"
 COPY = "1 GiB device-to-device copy"
 COPY_BYTES = 1 << 30  # many times the 50-60 MB L2 of an H100/H200

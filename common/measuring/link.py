@@ -1,4 +1,4 @@
-"""Measure the link's curve (tracereader.linkcurve): all-reduce, all-gather and reduce-scatter
+"""Measure the link's curve (tracereader.analyses.linkcurve): all-reduce, all-gather and reduce-scatter
 at every size from `low` to `high` bytes, doubling, timed on every rank with the same fixed
 number of calls (bench_ranks.time_fixed), the slowest rank's best sample per point."""
 
@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from common.cli import Run
 from common.measuring import bench_ranks
-from tracereader.linkcurve import KINDS, LinkCurve, bus_factor
+from tracereader.analyses.linkcurve import KINDS, LinkCurve, bus_factor
 
 DTYPE = torch.bfloat16  # what the lessons' collectives move (FSDP's reduce-scatter: fp32)
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import math
 
-from tracereader import intervals, kernel_names
-from tracereader.model import GpuItem, Step, Trace, in_start_order, per_step
+from tracereader.names import kernel_classes
+from tracereader.trace import intervals
+from tracereader.trace.model import GpuItem, Step, Trace, in_start_order, per_step
 
 
-# Kernel classes (kernel_names.CLASSES) in the groups the summary reports.
+# Kernel classes (kernel_classes.CLASSES) in the groups the summary reports.
 def group(item: GpuItem) -> str:
-    return kernel_names.group(item.klass.cls)
+    return kernel_classes.group(item.klass.cls)
 
 
 def is_comm(item: GpuItem) -> bool:
@@ -46,7 +47,7 @@ def _sweep(order) -> dict:
     length (no list of intervals): busy time, the compute kernels' time, the summed time,
     the last end, the kernels, time by class group, and the collectives set aside."""
     groups: dict[str, list[float]] = {}  # group -> [current start, current end, closed length]
-    group_of = kernel_names.GROUP_OF
+    group_of = kernel_classes.GROUP_OF
     busy_us = compute_us = summed = 0.0  # the two unions' closed parts; the sum
     b_start = b_end = c_start = c_end = -math.inf  # their current (open) intervals
     kernels = 0
@@ -155,7 +156,7 @@ def temporal(items: list[GpuItem]) -> dict:
     span = swept["end"] - items[0].ts
     non_compute = busy_us - compute_us
     # the sweep's running union of the collectives' group (it holds the collectives alone)
-    comm_us = swept["by_class_us"].get(kernel_names.GROUP_OF["collective"], 0.0)
+    comm_us = swept["by_class_us"].get(kernel_classes.GROUP_OF["collective"], 0.0)
     if comm_us:
         compute_items = [i for i in items if i.kind == "kernel" and not is_comm(i)]
         overlap = intervals.overlap(intervals.of(comm_items), intervals.of(compute_items))

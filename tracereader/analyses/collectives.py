@@ -20,10 +20,10 @@ import math
 import re
 import statistics
 
-from tracereader import intervals
 from tracereader.analyses import breakdown
 from tracereader.analyses.breakdown import is_comm
-from tracereader.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors, per_step
+from tracereader.trace import intervals
+from tracereader.trace.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors, per_step
 
 # kind -> (pattern over torch's collective name or the kernel's name, bus factor of N)
 KINDS = (

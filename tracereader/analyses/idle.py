@@ -15,7 +15,7 @@ the step is host wait.
 
 from __future__ import annotations
 
-from tracereader.model import Step, in_start_order, per_step
+from tracereader.trace.model import Step, in_start_order, per_step
 
 KERNEL_WAIT_US = 0.03  # HTA's default consecutive_kernel_delay: 30 ns
 

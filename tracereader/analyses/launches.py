@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import statistics
 
-from tracereader.model import Trace
+from tracereader.trace.model import Trace
 
 
 def read(trace: Trace) -> dict:

@@ -30,9 +30,9 @@ from __future__ import annotations
 import re
 import statistics
 
-from tracereader import intervals
 from tracereader.analyses import breakdown
-from tracereader.model import Trace
+from tracereader.trace import intervals
+from tracereader.trace.model import Trace
 
 ROWS = 6  # the summary's module rows (its header and the line on unattributed work aside)
 _INSTANCE = re.compile(r"_\d+$")

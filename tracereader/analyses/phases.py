@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from tracereader import intervals
-from tracereader.model import CpuOp, Step, ancestors
+from tracereader.trace import intervals
+from tracereader.trace.model import CpuOp, Step, ancestors
 
 _PHASES = (
     (

@@ -14,7 +14,7 @@ Each is reported with the time its runtime calls blocked the host, per step.
 
 from __future__ import annotations
 
-from tracereader.model import Step, ancestors
+from tracereader.trace.model import Step, ancestors
 
 SYNC_CALLS = frozenset(
     {

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from tracereader.kernel_names import readable
-from tracereader.model import Trace
+from tracereader.names.kernel_names import readable
+from tracereader.trace.model import Trace
 
 _SUFFIX = re.compile(r"_\d+$")
 

@@ -5,7 +5,7 @@ it the same number of times."""
 
 from __future__ import annotations
 
-from tracereader.model import Trace
+from tracereader.trace.model import Trace
 
 
 def read(trace: Trace, threshold: float = 0.10) -> list[dict]:

@@ -1,0 +1,122 @@
+"""What fused_geglu.py's Hopper kernels compile to for SM90, on any machine with Triton (no GPU).
+
+Per configuration: the shared memory it asks for (a launch fails above the GPU's 227 KB; two
+programs per SM need at most half of 228 KB each), registers per thread, and counts of the
+SASS instructions that show the kernel's shape: the epilogue's special-function ops
+(MUFU.TANH: tanh.approx; MUFU.EX2 + MUFU.RCP: gelu_tanh's exp2 and division), tensor-core
+MMAs (HGMMA), TMA loads and stores (UTMALDG, UTMASTG), stores to shared memory by stmatrix
+(STSM), and register reallocation between warp roles (SETMAXNREG: present only where warp
+specialization split the loop into producer and consumer warps). Static counts in the code,
+not executions. Triton compiles with its own ptxas and reads the cubin with its own cuobjdump.
+
+    uv run python -m tools.dev.fused_geglu_sass                     (the committed Hopper configs)
+    uv run python -m tools.dev.fused_geglu_sass --candidates hopper-epi     (the tuner's list)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import fused_geglu
+from tracereader.commandline import one_line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+OPS = ("MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "UTMALDG", "UTMASTG", "STSM", "SETMAXNREG")
+KERNELS = {
+    "hopper": fused_geglu.fused_gate_up_geglu_tma_kernel,
+    "hopper-epi": fused_geglu.fused_gate_up_geglu_tma_epi_kernel,
+}
+
+
+def compile_sm90(cfg: fused_geglu.Config, dtype: str):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernel = KERNELS[cfg.path]
+    fixed = fused_geglu.constexprs(cfg)
+    signature = {
+        name: "constexpr" if name in fixed else (f"*{dtype}" if name.endswith("_ptr") else "i32")
+        for name in kernel.arg_names
+    }
+    source = ASTSource(kernel, signature, constexprs=fixed)
+    options = {"num_warps": cfg.warps, "num_stages": cfg.stages}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def sass_counts(cubin: bytes) -> tuple[int | None, dict[str, int]]:
+    """(registers per thread, {instruction: static count}) from Triton's own cuobjdump."""
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        usage = subprocess.run(
+            [str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True
+        ).stdout
+        sass = subprocess.run(
+            [str(tool), "--dump-sass", f.name], capture_output=True, text=True
+        ).stdout
+    finally:
+        os.unlink(f.name)
+    regs = re.search(r"REG:(\d+)", usage)
+    return (int(regs.group(1)) if regs else None), {op: sass.count(op) for op in OPS}
+
+
+def load_tuner():
+    from tools import tune_fused_mlp  # its candidate lists
+
+    return tune_fused_mlp
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "--candidates",
+        choices=list(KERNELS),
+        help="the tuner's full candidate list for this path instead of the committed configs",
+    )
+    parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    args = parser.parse_args()
+    if fused_geglu.INTERPRETING:
+        print("error: unset TRITON_INTERPRET: the interpreter compiles nothing", file=sys.stderr)
+        return 2
+    if args.candidates == "hopper":
+        configs = load_tuner().hopper_candidates(False)
+    elif args.candidates == "hopper-epi":
+        configs = load_tuner().hopper_epi_candidates(False)
+    else:
+        configs = [c for c in fused_geglu.CONFIGS.values() if c.path in KERNELS]
+    import triton
+
+    print(f"Triton {triton.__version__}, compiled for sm_90 ({args.dtype}); static SASS counts")
+    print(f"{'configuration':<78} {'shared':>7} {'regs':>4}  " + " ".join(OPS))
+    failed = 0
+    for cfg in configs:
+        try:
+            compiled = compile_sm90(cfg, args.dtype)
+        except Exception as err:  # one configuration failing must not hide the others
+            failed += 1
+            print(f"{cfg.describe():<78} FAILED {one_line(err, 140)}")
+            continue
+        regs, counts = sass_counts(compiled.asm["cubin"])
+        shared_kb = compiled.metadata.shared / 1024
+        print(
+            f"{cfg.describe():<78} {shared_kb:5.1f}KB {regs if regs else '?':>4}  "
+            + " ".join(f"{counts[op]:>{len(op)}}" for op in OPS)
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

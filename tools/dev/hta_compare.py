@@ -1,0 +1,472 @@
+"""Our reader against Holistic Trace Analysis on the same traces, with the raw events as referee.
+
+    uv run python -m tools.dev.hta_compare TRACE.json.gz                 # one trace
+    uv run python -m tools.dev.hta_compare RANK_FOLDER                    # the ranks of one job
+    uv run python -m tools.dev.hta_compare FOLDER/STEM                    # STEM_rank*.json[.gz]
+    uv run python -m tools.dev.hta_compare --each ../shared/external-traces/hta   # each file alone
+    uv run python -m tools.dev.hta_compare --json out.json TRACE ...      # everything, as JSON
+
+Per trace (per rank) three sources side by side:
+  raw     this tool's own reading: json.load of the whole file, the union of the GPU events'
+          intervals (kernels, memcpys, memsets) per rank, exact to the recorded decimals;
+          idle / compute / non-compute and the comm/compute overlap by HTA's definitions
+          (docs/reader_vs_hta.md), computed by interval arithmetic. Shown in two scopes: the
+          reader's (all GPU work, or what the steps launched when the reader reads steps) and
+          HTA's (what HTA keeps after filtering its steps).
+  HTA     holistictraceanalysis 0.5.0 in its own environment (`uv run --no-project --with ...`
+          python -m tools.dev._hta_side): get_temporal_breakdown, get_comm_comp_overlap,
+          get_idle_time_breakdown, with the last ProfilerStep included (HTA drops it by
+          default; --hta-default-steps keeps HTA's default).
+  reader  `python -m tracereader.commands.explain PATH --json` (schema_version 2) of this
+          checkout: its `window` (the whole trace) and, where it reads steps, its
+          `steps_window` (the work the steps launched), each against the raw union in the same
+          scope; the steps' scope is the one set against HTA, which filters a trace with steps
+          the same way.
+
+Targets, marked per row: the reader's GPU busy within 0.5% of the raw union; its idle / compute /
+non-compute within 1 point and its comm/compute overlap within 2 points of HTA's. HTA's own
+busy against the raw union in its scope is shown too: that is where HTA mis-reads.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracereader.commandline import Parser
+
+ROOT = Path(__file__).resolve().parents[2]
+HTA_SPEC = "holistictraceanalysis==0.5.0"
+SIDE = ROOT / "tools" / "dev" / "_hta_side.py"
+SCHEMA_VERSION = 2
+WINDOW_KEYS = (
+    "span_us",
+    "gpu_busy_us",
+    "idle_pct",
+    "compute_pct",
+    "non_compute_pct",
+    "comm_us",
+    "comm_overlap_pct",
+)
+TRACE_KEYS = ("path", "rank", "device", "unit", "window")
+# GPU work in both formats: torch >= 1.10 (`kernel`, `gpu_memcpy`) and 2021's (`Kernel`, `Memcpy`)
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+# HTA 0.5.0's kernel types (hta/utils/utils.py), restated: communication is an NCCL kernel,
+# memory a copy or set, computation anything that is neither nor a sync.
+COMM_RE = re.compile(r"nccl.*Kernel")
+MEMORY_RE = re.compile(r"Memcpy|Memset|dma")
+NOT_COMPUTE_RE = re.compile(r"(nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+TARGET_BUSY_REL = 0.005
+TARGET_BREAKDOWN_PT = 1.0
+TARGET_OVERLAP_PT = 2.0
+
+
+class BadInput(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- raw: the referee
+
+
+def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def length(intervals: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Time covered by both of two unions (each sorted and disjoint)."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def breakdown(events: list[dict]) -> dict | None:
+    """Span, busy, idle / compute / non-compute % of the span, comm time and its overlap with
+    compute, of GPU events [{"ts", "dur", "name"}]."""
+    if not events:
+        return None
+    every = union([(e["ts"], e["ts"] + e["dur"]) for e in events])
+    compute = union(
+        [(e["ts"], e["ts"] + e["dur"]) for e in events if not NOT_COMPUTE_RE.match(e["name"])]
+    )
+    comm = union([(e["ts"], e["ts"] + e["dur"]) for e in events if COMM_RE.match(e["name"])])
+    span = every[-1][1] - every[0][0]
+    busy, comp, comm_us = length(every), length(compute), length(comm)
+    pct = (lambda us: 100.0 * us / span) if span > 0 else (lambda us: None)
+    return {
+        "span_us": span,
+        "gpu_busy_us": busy,
+        "idle_pct": pct(span - busy),
+        "compute_pct": pct(comp),
+        "non_compute_pct": pct(busy - comp),
+        "comm_us": comm_us,
+        "comm_overlap_pct": 100.0 * intersection(comm, compute) / comm_us if comm_us else None,
+    }
+
+
+def read_json(path: Path) -> dict:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    data = json.loads(raw)
+    return {"traceEvents": data} if isinstance(data, list) else data
+
+
+def raw_reading(path: Path) -> dict:
+    """The referee's numbers for one file, in three scopes: every GPU event ("all"), those
+    launched inside a ProfilerStep ("steps", None without steps) and those HTA keeps with the
+    last step included ("hta": with two or more step names, GPU events whose correlation is a
+    host event that starts before the last step ends)."""
+    data = read_json(path)
+    events = [e for e in data.get("traceEvents", []) if isinstance(e, dict)]
+    gpu, host_corr = [], []
+    for e in events:
+        if e.get("ph") != "X" or not isinstance(e.get("ts"), (int, float)):
+            continue
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        if str(e.get("cat", "")).lower() in GPU_CATS:
+            gpu.append(
+                {
+                    "ts": float(e["ts"]),
+                    "dur": float(e.get("dur", 0) or 0),
+                    "name": str(e.get("name", "")),
+                    "corr": args.get("correlation"),
+                }
+            )
+        elif "correlation" in args:
+            host_corr.append((float(e["ts"]), args["correlation"]))
+    steps = [
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        for e in events
+        if e.get("ph") == "X"
+        and str(e.get("name", "")).startswith("ProfilerStep")
+        and str(e.get("cat", "")).lower() not in GPU_CATS | {"gpu_user_annotation"}
+        and isinstance(e.get("ts"), (int, float))
+    ]
+    step_names = {str(e.get("name")) for e in events if "ProfilerStep" in str(e.get("name", ""))}
+    in_steps = None
+    if steps:
+        launched = {c for ts, c in host_corr if any(a <= ts <= b for a, b in steps)}
+        in_steps = [g for g in gpu if g["corr"] in launched]
+    hta_scope = gpu
+    if len(step_names) >= 2:
+        last_end = max(b for _, b in steps) if steps else float("inf")
+        kept = {c for ts, c in host_corr if ts <= last_end}
+        hta_scope = [g for g in gpu if g["corr"] in kept]
+    info = data.get("distributedInfo")
+    return {
+        "file": str(path.resolve()),
+        "rank": info.get("rank") if isinstance(info, dict) else None,
+        "gpu_events": len(gpu),
+        "all": breakdown(gpu),
+        "steps": breakdown(in_steps) if in_steps is not None else None,
+        "hta": breakdown(hta_scope),
+    }
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass
+class Job:
+    """One thing a user names: a trace, or the ranks of one job (a folder or FOLDER/STEM)."""
+
+    arg: str
+    files: list[Path]
+    hta_arg: str  # what _hta_side.py reads: a file, a folder, or files joined by "::"
+    raw: list[dict] = field(default_factory=list)
+    hta: dict | None = None
+    reader: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+
+
+def _traces_in(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+    )
+
+
+def jobs_from(args: list[str], each: bool) -> list[Job]:
+    jobs = []
+    for arg in args:
+        path = Path(arg)
+        if path.is_file():
+            jobs.append(Job(arg, [path], str(path.resolve())))
+        elif path.is_dir():
+            files = _traces_in(path)
+            if not files:
+                raise BadInput(f"{arg}: no .json or .json.gz trace in this folder")
+            if each:
+                jobs += [Job(str(f), [f], str(f.resolve())) for f in files]
+            else:
+                jobs.append(Job(arg, files, str(path.resolve())))
+        else:
+            files = sorted(path.parent.glob(f"{path.name}_rank*.json*")) if path.parent else []
+            if not files:
+                raise BadInput(f"{arg}: no such trace, folder or FOLDER/STEM of rank traces")
+            jobs.append(Job(arg, files, "::".join(str(f.resolve()) for f in files)))
+    return jobs
+
+
+# ---------------------------------------------------------------- the two tools
+
+
+def run_hta(jobs: list[Job], spec: str, default_steps: bool, exact_times: bool) -> None:
+    """All jobs in one child of HTA's own environment (its start-up, about 3 s, paid once)."""
+    with tempfile.TemporaryDirectory(prefix="hta_compare_") as tmp:
+        out = Path(tmp) / "hta.json"
+        argv = ["uv", "run", "--no-project", "--with", spec, "python", str(SIDE), "--out"]
+        argv += [str(out), *(["--exclude-last-step"] if default_steps else [])]
+        argv += [j.hta_arg for j in jobs]
+        env = dict(os.environ, **({"HTA_DISABLE_NS_ROUNDING": "1"} if exact_times else {}))
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            for job in jobs:
+                job.notes.append(f"HTA did not run (exit {proc.returncode}): {tail[0][:200]}")
+            return
+        data = json.loads(out.read_text())
+    for job, result in zip(jobs, data["inputs"], strict=True):
+        job.hta = dict(result, version=data["hta_version"])
+
+
+def check_reader(data) -> str | None:
+    """None when the reader's JSON has what this tool reads, else what it lacks."""
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        got = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+        return f"reader JSON is not schema_version {SCHEMA_VERSION} (got {got!r})"
+    if not isinstance(data.get("traces"), list):
+        return "reader JSON lacks key traces"
+    for t in data["traces"]:
+        for key in TRACE_KEYS:
+            if key not in t:
+                return f"reader JSON lacks key traces[].{key}"
+        for key in WINDOW_KEYS:
+            if key not in t["window"]:
+                return f"reader JSON lacks key traces[].window.{key}"
+    return None
+
+
+def run_reader(job: Job, repo: Path) -> None:
+    argv = [sys.executable, "-m", "tracereader.commands.explain", job.arg, "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=repo)
+    if proc.returncode != 0:
+        line = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        job.notes.append(f"reader refused (exit {proc.returncode}): {line[:200]}")
+        return
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        job.notes.append(f"reader printed no JSON: {exc}")
+        return
+    lacking = check_reader(data)
+    if lacking:
+        job.notes.append(lacking)
+        return
+    job.reader = data
+
+
+# ---------------------------------------------------------------- side by side
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and Path(a).resolve() == Path(b).resolve()
+
+
+def rows(job: Job) -> list[dict]:
+    """One row per rank file: the three readings and the targets' verdicts."""
+    out = []
+    hta_ranks = (job.hta or {}).get("ranks", [])
+    reader_traces = (job.reader or {}).get("traces", [])
+    for raw in job.raw:
+        hta = next((r for r in hta_ranks if _same(r.get("file"), raw["file"])), None)
+        reader = next((t for t in reader_traces if _same(t.get("path"), raw["file"])), None)
+        if reader is None and len(reader_traces) == 1 == len(job.raw):
+            reader = reader_traces[0]
+        unit = reader.get("unit") if reader else None
+        # Like with like: the steps' scope on both sides where the reader reads steps (its
+        # `steps_window`), the whole trace where it does not.
+        steps_window = reader.get("steps_window") if reader else None
+        scope = "steps" if unit == "step" and raw["steps"] and steps_window else "all"
+        row = {
+            "file": raw["file"],
+            "rank": raw["rank"],
+            "gpu_events": raw["gpu_events"],
+            "raw": raw[scope],
+            "raw_scope": scope,
+            "raw_all": raw["all"],
+            "raw_hta_scope": raw["hta"],
+            "hta": hta,
+            "reader": (steps_window if scope == "steps" else reader["window"]) if reader else None,
+            "reader_all": reader["window"] if reader else None,
+            "reader_unit": unit,
+        }
+        row["verdicts"] = verdicts(row)
+        out.append(row)
+    return out
+
+
+def _gap(a, b) -> float | None:
+    return None if a is None or b is None else abs(a - b)
+
+
+def verdicts(row: dict) -> dict:
+    """Each target: (measured gap, within target) or None where a side lacks the number."""
+    raw, hta, reader = row["raw"], row["hta"], row["reader"]
+    out: dict = {}
+    if reader and raw and raw["gpu_busy_us"]:
+        rel = abs(reader["gpu_busy_us"] - raw["gpu_busy_us"]) / raw["gpu_busy_us"]
+        out["reader_busy_vs_raw"] = (rel, rel <= TARGET_BUSY_REL)
+    whole, raw_all = row["reader_all"], row["raw_all"]
+    if row["raw_scope"] != "all" and whole and raw_all and raw_all["gpu_busy_us"]:
+        rel = abs(whole["gpu_busy_us"] - raw_all["gpu_busy_us"]) / raw_all["gpu_busy_us"]
+        out["reader_all_busy_vs_raw"] = (rel, rel <= TARGET_BUSY_REL)
+    hraw = row["raw_hta_scope"]
+    if hta and hta.get("busy_us") is not None and hraw and hraw["gpu_busy_us"]:
+        rel = abs(hta["busy_us"] - hraw["gpu_busy_us"]) / hraw["gpu_busy_us"]
+        out["hta_busy_vs_raw"] = (rel, rel <= TARGET_BUSY_REL)
+    if reader and hta:
+        gaps = [
+            _gap(reader.get(k), hta.get(k)) for k in ("idle_pct", "compute_pct", "non_compute_pct")
+        ]
+        if None not in gaps:
+            out["breakdown_vs_hta"] = (max(gaps), max(gaps) <= TARGET_BREAKDOWN_PT)
+        gap = _gap(reader.get("comm_overlap_pct"), hta.get("comm_overlap_pct"))
+        if gap is not None:
+            out["overlap_vs_hta"] = (gap, gap <= TARGET_OVERLAP_PT)
+    return out
+
+
+def _f(value, fmt: str) -> str:
+    """`value` formatted, or a dash as wide as the format asks."""
+    width = int(re.match(r"\d*", fmt).group() or 0)
+    return format("-", f">{width}") if value is None else format(value, fmt)
+
+
+def _line(label: str, r: dict | None, busy_key: str) -> str:
+    if not r:
+        return f"  {label:<18} {'(no reading)':>10}"
+    return (
+        f"  {label:<18} {_f(r.get('span_us') and r['span_us'] / 1e3, '10.3f')} "
+        f"{_f(r.get(busy_key) and r[busy_key] / 1e3, '10.3f')} "
+        f"{_f(r.get('idle_pct'), '7.2f')} {_f(r.get('compute_pct'), '9.2f')} "
+        f"{_f(r.get('non_compute_pct'), '9.2f')} {_f(r.get('comm_overlap_pct'), '9.2f')}"
+    )
+
+
+NAMES = {
+    "reader_busy_vs_raw": ("reader busy vs raw", "rel", TARGET_BUSY_REL),
+    "reader_all_busy_vs_raw": ("reader busy vs raw, whole trace", "rel", TARGET_BUSY_REL),
+    "hta_busy_vs_raw": ("HTA busy vs raw", "rel", TARGET_BUSY_REL),
+    "breakdown_vs_hta": ("reader breakdown vs HTA", "pt", TARGET_BREAKDOWN_PT),
+    "overlap_vs_hta": ("reader overlap vs HTA", "pt", TARGET_OVERLAP_PT),
+}
+
+
+def render(job: Job) -> str:
+    lines = [f"== {job.arg}"]
+    hta = job.hta or {}
+    if hta:
+        lines.append(
+            f"  HTA {hta['version']}: load {hta.get('load_s', 0):.2f} s, analyses "
+            f"{_f(hta.get('analyses_s'), '.2f')} s"
+        )
+        lines += [f"  HTA error: {e}" for e in hta.get("errors", [])]
+        lines += [f"  HTA warning: {w[:160]}" for w in hta.get("warnings", [])]
+    lines += [f"  {n}" for n in job.notes]
+    for row in job.rows:
+        rank = "-" if row["rank"] is None else row["rank"]
+        head = f"  -- {Path(row['file']).name}  rank {rank}, {row['gpu_events']} GPU events"
+        lines.append(head + (f", reader unit: {row['reader_unit']}" if row["reader_unit"] else ""))
+        lines.append(
+            f"  {'':<18} {'span ms':>10} {'busy ms':>10} {'idle%':>7} {'compute%':>9} "
+            f"{'non-comp%':>9} {'overlap%':>9}"
+        )
+        scoped = row["raw_scope"] != "all"
+        if scoped:
+            lines.append(_line("raw (all)", row["raw_all"], "gpu_busy_us"))
+        lines.append(_line(f"raw ({row['raw_scope']})", row["raw"], "gpu_busy_us"))
+        lines.append(_line("raw (HTA's scope)", row["raw_hta_scope"], "gpu_busy_us"))
+        lines.append(_line("HTA", row["hta"], "busy_us"))
+        if scoped:
+            lines.append(_line("reader (all)", row["reader_all"], "gpu_busy_us"))
+        lines.append(_line(f"reader ({row['raw_scope']})", row["reader"], "gpu_busy_us"))
+        for key, (gap, ok) in row["verdicts"].items():
+            name, kind, target = NAMES[key]
+            shown = (
+                f"{100 * gap:.3f}% (target {100 * target:g}%)"
+                if kind == "rel"
+                else (f"{gap:.2f} pt (target {target:g} pt)")
+            )
+            lines.append(f"  {'ok  ' if ok else 'MISS'} {name}: {shown}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = Parser(prog="tools/dev/hta_compare.py", description=__doc__)
+    parser.add_argument("traces", nargs="+", help="trace files, rank folders or FOLDER/STEM")
+    parser.add_argument("--each", action="store_true", help="every file of a folder alone")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="also write all of it here")
+    parser.add_argument("--hta", default=HTA_SPEC, help=f"HTA's package (default {HTA_SPEC})")
+    parser.add_argument(
+        "--hta-default-steps",
+        action="store_true",
+        help="let HTA drop the last ProfilerStep, as it does by default",
+    )
+    parser.add_argument(
+        "--hta-exact-times",
+        action="store_true",
+        help="HTA_DISABLE_NS_ROUNDING=1: HTA keeps fractional microseconds instead of rounding "
+        "starts up and ends down",
+    )
+    parser.add_argument("--no-hta", action="store_true", help="raw and reader only")
+    parser.add_argument("--no-reader", action="store_true", help="raw and HTA only")
+    parser.add_argument(
+        "--repo", type=Path, default=ROOT, help="the checkout whose reader runs (default: this)"
+    )
+    args = parser.parse_args(argv)
+    if args.json and not args.json.parent.is_dir():
+        parser.error(f"--json {args.json}: no folder {args.json.parent} to write it in")
+    try:
+        jobs = jobs_from(args.traces, args.each)
+        for job in jobs:
+            job.raw = [raw_reading(f) for f in job.files]
+    except (BadInput, OSError, ValueError) as exc:
+        parser.error(str(exc).splitlines()[0][:300])
+    if not args.no_hta:
+        run_hta(jobs, args.hta, args.hta_default_steps, args.hta_exact_times)
+    for job in jobs:
+        if not args.no_reader:
+            run_reader(job, args.repo.resolve())
+        job.rows = rows(job)
+        print(render(job), flush=True)
+    if args.json:
+        report = [{"input": j.arg, "hta": j.hta, "notes": j.notes, "rows": j.rows} for j in jobs]
+        args.json.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Launch each gate/up + GeGLU kernel a few times at one shape, for Nsight Compute to read.
+
+Our fused kernel under each named configuration of fused_geglu.CONFIGS and, with --quack,
+QuACK's gemm_gated (tuned=False: autotuning would launch dozens of other kernels). Each is
+checked against a float32 reference first (one line each), then launched --calls times; the
+timing is ncu's. Kernel names: fused_gate_up_geglu_tma_kernel (hopper),
+fused_gate_up_geglu_tma_epi_kernel (hopper-epi), QuACK's kernel_cutlass_kernel_quack...
+
+    ncu --clock-control none --set full -k regex:'fused_gate_up|quack' -o OUT/post \\
+        python3 -m tools.dev.ncu_fused_mlp --configs hopper,hopper-epi --quack      (GPU only)
+    ncu --import OUT/post.ncu-rep --print-summary per-kernel
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import fused_geglu
+import quack_gemm
+from common import check, cli
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--m", type=int, default=8192, help="tokens (default: 8192)")
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--hidden", type=int, default=3072)
+    parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
+    parser.add_argument(
+        "--configs", default="hopper,hopper-epi", help="names in fused_geglu.CONFIGS"
+    )
+    parser.add_argument("--quack", action="store_true", help="also QuACK's gemm_gated")
+    parser.add_argument("--calls", type=int, default=2, help="launches each, after the check")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.configs.split(",") if n.strip()]
+    unknown = [n for n in names if n not in fused_geglu.CONFIGS]
+    if unknown or args.calls < 1:
+        print(
+            f"error: --configs takes {', '.join(fused_geglu.CONFIGS)} and --calls >= 1; "
+            f"got {args.configs!r}, {args.calls}",
+            file=sys.stderr,
+        )
+        return 2
+    if not torch.cuda.is_available():
+        print("error: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    major, _ = torch.cuda.get_device_capability()
+    no_quack = quack_gemm.unavailable(major, args.dtype) if args.quack else None
+    if no_quack:  # our kernels are still worth profiling: say so and go on
+        print(f"(QuACK not launched: {no_quack})")
+
+    torch.set_grad_enabled(False)
+    dtype = cli.DTYPES[args.dtype]
+    torch.manual_seed(0)
+    x = torch.randn(args.m, args.dim, device="cuda", dtype=dtype)
+    scale = args.dim**-0.5
+    gate = (torch.randn(args.hidden, args.dim, device="cuda") * scale).to(dtype)
+    up = (torch.randn(args.hidden, args.dim, device="cuda") * scale).to(dtype)
+    ref = F.gelu(F.linear(x.float(), gate.float()), approximate="tanh") * F.linear(
+        x.float(), up.float()
+    )
+    calls = {}
+    for name in names:
+        cfg = fused_geglu.CONFIGS[name]
+        packed = fused_geglu.pack_gate_up(gate, up, cfg.block_n // 2)
+        calls[f"{name}: {cfg.describe()}"] = lambda packed=packed, cfg=cfg: fused_geglu.launch(
+            x, packed, args.hidden, cfg
+        )
+    if args.quack and not no_quack:
+        b = quack_gemm.gate_up_weight(gate, up)
+        calls["QuACK gemm_gated, tuned=False"] = lambda: quack_gemm.gated(x, b, tuned=False)
+
+    print(f"{torch.cuda.get_device_name()}: x [{args.m}, {args.dim}], hidden {args.hidden}")
+    failed = 0
+    for what, call in calls.items():
+        try:
+            err = check.relative_error(call(), ref)  # the first call compiles
+        except Exception as error:  # one kernel failing must not hide the others
+            failed += 1
+            print(f"FAILED {what}: {cli.one_line(error, 200)}")
+            continue
+        ok = err <= check.TOLERANCE[dtype]
+        failed += not ok
+        print(f"{'ok' if ok else 'WRONG':<6} {what}: relative error {err:.1e}")
+        if ok:
+            for _ in range(args.calls):
+                call()
+    torch.cuda.synchronize()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""The diff of two traces: which GPU kernels are byte-for-byte the same, gone or new, the CPU
+ops that disappeared or appeared, per-kernel and per-step GPU times, the minimum HBM bytes of
+each side's extra kernels (`compare --help` says how they are estimated), and at model scale
+the wall and GPU busy time, time by class, kernel groups, CPU ops and nn.Modules that changed."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+
+from tracereader.analyses import breakdown, tops
+from tracereader.names.devices import datasheet
+from tracereader.trace.load import GpuItem, Trace
+from tracereader.trace.model import ELEMENT_BYTES
+from tracereader.units import duration
+
+CHANGED = 0.10  # a kernel group or op whose per-step time moves by more than this has changed
+
+
+def _kernels(trace: Trace) -> list[GpuItem]:
+    return [i for i in trace.steps[-1].gpu if i.kind != "memset"] if trace.steps else []
+
+
+def item_bytes(item: GpuItem) -> int | None:
+    """Minimum HBM traffic of an item (the module docstring says how), None where unknown."""
+    if item.kind in ("memcpy", "memset"):
+        size = item.args.get("bytes")
+        if type(size) is not int or size < 0:
+            return None
+        return 2 * size if item.kind == "memcpy" else size
+    if item.launcher is None or item.klass.joins_previous:
+        return None
+    dims, types = item.launcher.args.get("Input Dims"), item.launcher.args.get("Input type")
+    if not dims or not types:
+        return None
+    tensors = [
+        (shape, ELEMENT_BYTES[dtype])
+        for shape, dtype in zip(dims, types, strict=False)
+        if shape and dtype in ELEMENT_BYTES
+    ]
+    if not tensors:
+        return None
+    sizes = [math.prod(shape) * elt for shape, elt in tensors]
+    if item.klass.cls == "gemm":
+        return _gemm_bytes([tuple(shape) for shape, _ in tensors], tensors[0][1], sum(sizes))
+    if item.klass.cls == "triton" and item.launcher.name.startswith(item.name):
+        return sum(sizes)  # compiled code's launch op: its arguments include the outputs
+    return sum(sizes) + max(sizes)
+
+
+def _gemm_bytes(shapes: list[tuple], elt: int, inputs: int) -> int | None:
+    """The operands are the first two shapes that contract ([.., m, k] then [.., k, n]: mm,
+    bmm, addmm after its bias); the product is written once, unless an argument after the
+    operands has its shape (aten::mm's out=, as compiled code calls it). Broadcast batch
+    dimensions are not expanded: a lower bound."""
+    for i in range(len(shapes) - 1):
+        a, b = shapes[i], shapes[i + 1]
+        if len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:
+            product = (*a[:-1], b[-1])
+            given = product in shapes[i + 2 :]  # out= comes after the operands
+            return inputs + (0 if given else math.prod(product) * elt)
+    return None
+
+
+def _avg_times(trace: Trace) -> dict[str, float]:
+    times: dict[str, list[float]] = {}
+    for step in trace.steps:
+        for item in step.gpu:
+            times.setdefault(item.name, []).append(item.dur)
+    return {name: statistics.mean(v) for name, v in times.items()}
+
+
+def compare(a: Trace, b: Trace) -> dict:
+    ka, kb = _kernels(a), _kernels(b)
+    names_a, names_b = Counter(i.name for i in ka), Counter(i.name for i in kb)
+    only_a, only_b = names_a - names_b, names_b - names_a
+    common = names_a & names_b
+    ops_a = Counter(n for n in a.steps[-1].op_names()) if a.steps else Counter()
+    ops_b = Counter(n for n in b.steps[-1].op_names()) if b.steps else Counter()
+    avg_a, avg_b = _avg_times(a), _avg_times(b)
+
+    def extra(items, only):
+        out, left = [], Counter(only)
+        for item in items:
+            if left[item.name] > 0:
+                left[item.name] -= 1
+                out.append(
+                    {
+                        "name": item.name,
+                        "class": item.klass.cls,
+                        "reading": item.klass.detail,
+                        "launched_by": item.launched_by,
+                        "us": avg_a.get(item.name) if items is ka else avg_b.get(item.name),
+                        "bytes": item_bytes(item),
+                        "joins_previous": item.klass.joins_previous,
+                    }
+                )
+        return out
+
+    extra_a, extra_b = extra(ka, only_a), extra(kb, only_b)
+    _cap(extra_a, a)
+    _cap(extra_b, b)
+    bytes_a = sum(e["bytes"] or 0 for e in extra_a)
+    bytes_b = sum(e["bytes"] or 0 for e in extra_b)
+    unknown = {
+        side: sorted({e["name"] for e in extra if e["bytes"] is None and not e["joins_previous"]})
+        for side, extra in (("a", extra_a), ("b", extra_b))
+    }
+    gemms_a = [i.name for i in ka if i.klass.cls == "gemm"]
+    gemms_b = [i.name for i in kb if i.klass.cls == "gemm"]
+    # Two empty lists are not "identical GPU work": with none on either side there is
+    # nothing to compare, so the answer is None (CPU-only traces, or no kernels recorded).
+    return {
+        "a": str(a.path),
+        "b": str(b.path),
+        "device_a": a.device,
+        "device_b": b.device,
+        "cpu_only": a.device is None and b.device is None,
+        "gpu_items_per_step": {"a": len(ka), "b": len(kb)},
+        "gpu_identical": [i.name for i in ka] == [i.name for i in kb] if ka or kb else None,
+        "gemms_identical": gemms_a == gemms_b if gemms_a or gemms_b else None,
+        "kernels_in_both": sorted(common.elements()),
+        "only_in_a": extra_a,
+        "only_in_b": extra_b,
+        "extra_bytes_a": bytes_a,
+        "extra_bytes_b": bytes_b,
+        "extra_bytes_unknown": unknown,  # kernels left out of the sums: no recorded shapes
+        "cpu_ops_gone": sorted((ops_a - ops_b).elements()),
+        "cpu_ops_new": sorted((ops_b - ops_a).elements()),
+        "kernel_avg_us": {
+            n: {"a": avg_a.get(n), "b": avg_b.get(n)} for n in dict.fromkeys([*avg_a, *avg_b])
+        },
+        "gpu_us_per_step": {
+            "a": statistics.mean(s.gpu_sum for s in a.steps) if a.steps else 0,
+            "b": statistics.mean(s.gpu_sum for s in b.steps) if b.steps else 0,
+        },
+        **at_scale(a, b),
+    }
+
+
+def _cap(extra: list[dict], trace: Trace) -> None:
+    """Cut each byte estimate to what the device could move in the kernel's time."""
+    sheet = datasheet(trace.device)
+    for e in extra:
+        e["bytes_cap"] = sheet.bytes_per_s * e["us"] * 1e-6 if sheet and e["us"] else None
+        e["capped"] = False
+        if e["bytes"] and e["bytes_cap"] is not None and e["bytes"] > e["bytes_cap"]:
+            e["bytes"], e["capped"] = int(e["bytes_cap"]), True
+
+
+def _per_step(trace: Trace, key) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for step in trace.steps:
+        for item in step.gpu:
+            k = key(item)
+            out[k] = out.get(k, 0.0) + item.dur
+    n = max(len(trace.steps), 1)
+    return {k: v / n for k, v in out.items()}
+
+
+def _ops(trace: Trace) -> dict[str, tuple[float, float]]:
+    """CPU op name -> (count, total us) per step."""
+    out: dict[str, list[float]] = {}
+    for step in trace.steps:
+        for op in step.cpu_ops:
+            row = out.setdefault(op.name, [0, 0.0])
+            row[0] += 1
+            row[1] += op.dur
+    n = max(len(trace.steps), 1)
+    return {k: (c / n, t / n) for k, (c, t) in out.items()}
+
+
+def at_scale(a: Trace, b: Trace) -> dict:
+    """The model-scale comparison: medians per step, by class, kernel groups, CPU ops."""
+
+    def median(trace: Trace, f) -> float | None:
+        return statistics.median(f(s) for s in trace.steps) if trace.steps else None
+
+    wall = {"a": median(a, lambda s: s.dur), "b": median(b, lambda s: s.dur)}
+    busy = {
+        "a": median(a, lambda s: breakdown.busy(s.gpu)),
+        "b": median(b, lambda s: breakdown.busy(s.gpu)),
+    }
+    ca, cb = _per_step(a, breakdown.group), _per_step(b, breakdown.group)
+    ga, gb = (
+        _per_step(a, lambda i: tops.kernel_group(i.name)),
+        _per_step(b, lambda i: tops.kernel_group(i.name)),
+    )
+    changed = [
+        {"name": k, "a_us": ga[k], "b_us": gb[k]}
+        for k in ga.keys() & gb.keys()
+        if abs(gb[k] - ga[k]) > CHANGED * max(ga[k], gb[k])
+    ]
+    oa, ob = _ops(a), _ops(b)
+    ops = [
+        {"name": k, "a": oa.get(k, (0, 0.0)), "b": ob.get(k, (0, 0.0))}
+        for k in oa.keys() | ob.keys()
+        if oa.get(k, (0, 0))[0] != ob.get(k, (0, 0))[0]
+        or abs(ob.get(k, (0, 0.0))[1] - oa.get(k, (0, 0.0))[1])
+        > CHANGED * max(oa.get(k, (0, 0.0))[1], ob.get(k, (0, 0.0))[1])
+    ]
+    ops.sort(key=lambda o: -abs(o["b"][1] - o["a"][1]))
+    return {
+        "step_wall_us": wall,
+        "gpu_busy_us": busy,
+        "by_class_us": {
+            g: {"a": ca.get(g, 0.0), "b": cb.get(g, 0.0)} for g in sorted(ca.keys() | cb.keys())
+        },
+        "kernel_groups": {
+            "gone": sorted(
+                ({"name": k, "a_us": ga[k]} for k in ga.keys() - gb.keys()),
+                key=lambda r: -r["a_us"],
+            ),
+            "new": sorted(
+                ({"name": k, "b_us": gb[k]} for k in gb.keys() - ga.keys()),
+                key=lambda r: -r["b_us"],
+            ),
+            "changed": sorted(changed, key=lambda r: -abs(r["b_us"] - r["a_us"])),
+        },
+        "cpu_ops_changed": [
+            {
+                "name": o["name"],
+                "count": {"a": o["a"][0], "b": o["b"][0]},
+                "us": {"a": o["a"][1], "b": o["b"][1]},
+            }
+            for o in ops
+        ],
+        "modules": _modules(a, b),
+        "verdict": _verdict(wall, busy),
+    }
+
+
+def _modules(a: Trace, b: Trace) -> dict | None:
+    """nn.Modules by path, A against B (medians per step); None where neither trace carries
+    module events. A compiled model records only its outer module: the rest show as gone."""
+    if not a.modules and not b.modules:
+        return None
+    from tracereader.analyses import modules  # start-up: most traces carry no module events
+
+    ra = modules.read(a) if a.modules else None
+    rb = modules.read(b) if b.modules else None
+    if ra is None or rb is None:
+        return {"carried_by": "a" if ra else "b", "by": None, "changed": [], "gone": [], "new": []}
+    key = "gpu_us" if a.on_gpu and b.on_gpu else "cpu_us"
+    ta = {n["path"]: n[key] for n in ra["tree"]}
+    tb = {n["path"]: n[key] for n in rb["tree"]}
+    changed = [
+        {"path": p, "a_us": ta[p], "b_us": tb[p]}
+        for p in ta.keys() & tb.keys()
+        if abs(tb[p] - ta[p]) > CHANGED * max(ta[p], tb[p])
+    ]
+    return {
+        "carried_by": "both",
+        "by": key,
+        "changed": sorted(changed, key=lambda r: -abs(r["b_us"] - r["a_us"])),
+        "gone": [p for p in ta if p not in tb],  # in tree order
+        "new": [p for p in tb if p not in ta],
+    }
+
+
+def _verdict(wall: dict, busy: dict) -> str:
+    if not wall["a"] or not wall["b"]:
+        return "nothing to compare"
+    ratio = wall["b"] / wall["a"]
+    speed = "no faster" if 0.97 <= ratio <= 1.03 else ("faster" if ratio < 1 else "slower")
+    line = f"B is {speed}: step {duration(wall['a'])} -> {duration(wall['b'])} ({ratio:.2f}x)"
+    if busy["a"] and busy["b"]:
+        change = busy["b"] / busy["a"]
+        line += f", GPU busy {duration(busy['a'])} -> {duration(busy['b'])} ({change:.2f}x)"
+    return line

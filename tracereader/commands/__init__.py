@@ -1,0 +1,1 @@
+"""The console commands: argv -> reading -> render."""

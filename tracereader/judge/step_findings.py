@@ -1,0 +1,350 @@
+"""The findings about a step as a whole: health problems, the allocator, the bound verdict, syncs,
+exposed communication, the cold start, compile work, the end-of-step sync, step variation."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from tracereader.analyses import breakdown, collectives, idle, syncs, variation
+from tracereader.judge.finding import SHOWN_KERNELS, Finding, step_wall, steps_text
+from tracereader.names.kernel_names import label
+from tracereader.trace import intervals
+from tracereader.trace.model import (
+    Trace,
+)
+
+COMPILE_WORK = re.compile(
+    r"compile_inner|CompileFx|inductor_compile|Dynamo.*compile|_compile", re.IGNORECASE
+)
+
+
+FX_GRAPH = re.compile(r"CompiledFxGraph (\S+)")
+
+
+# The caching allocator asking the driver for memory (or handing it back): inside a recorded
+# step it means the pool grew during the steps, which steady-state steps never do.
+ALLOCATOR_CALLS = frozenset(
+    {
+        "cudaMalloc",
+        "cudaFree",
+        "cudaMallocAsync",
+        "cudaFreeAsync",
+        "cuMemCreate",
+        "cuMemMap",
+        "cuMemUnmap",
+        "cuMemRelease",
+        "cuMemAddressReserve",
+    }
+)
+
+
+# Calls a first step makes when start-up work really lands in it.
+START_UP_CALLS = re.compile(
+    r"^(cudaMalloc|cuMemCreate|cuModuleLoad|cuLibraryLoad|cudaGetDeviceProperties)"
+)
+
+
+def _names_matching(trace: Trace, pattern: re.Pattern) -> dict[str, re.Match | None]:
+    """pattern.search over the distinct op names: names repeat every step, regexes are slow."""
+    found: dict[str, re.Match | None] = {}
+    for step in trace.steps:
+        for op in step.cpu_ops:
+            if op.name not in found:
+                found[op.name] = pattern.search(op.name)
+    return found
+
+
+def health(trace: Trace) -> list[Finding]:
+    out = []
+    if trace.skipped:
+        count = sum(trace.skipped.values())
+        reasons = ", ".join(f"{n} with {why}" for why, n in trace.skipped.most_common())
+        out.append(
+            Finding(
+                "health",
+                f"{count} malformed event{'s' if count > 1 else ''} skipped ({reasons}): the "
+                "file is damaged or was not written by the profiler; what they held is missing",
+                problem=True,
+            )
+        )
+    if not trace.steps:
+        out.append(
+            Finding(
+                "health",
+                "no event to read: the trace holds no CPU op, runtime call or GPU work",
+                problem=True,
+            )
+        )
+    elif trace.unit == "window":
+        out.append(
+            Finding(
+                "unit",
+                "no ProfilerStep in the trace (profiled without a schedule, or prof.step() "
+                "never called): the whole recorded window is read as one unit",
+                next="profile with schedule(wait=1, warmup=1, active=2) and call prof.step() "
+                "once per iteration to read steps",
+            )
+        )
+    if trace.has_runtime and trace.steps and not trace.gpu_all:
+        out.append(
+            Finding(
+                "health",
+                "CUDA runtime calls were recorded but not one kernel: the "
+                "GPU side needs CUPTI, which is missing or not permitted here (in "
+                "containers, profiling often needs extra privileges)",
+                problem=True,
+            )
+        )
+    compiling = _names_matching(trace, COMPILE_WORK)
+    recompiled = [s.name for s in trace.steps if any(compiling[op.name] for op in s.cpu_ops)]
+    regions = {
+        re.sub(r"^Torch-Compiled Region: ", "", name)
+        for name in compiling
+        if name.startswith("Torch-Compiled")
+    }
+    if recompiled or len(regions) > 1:
+        where = steps_text(recompiled) if recompiled else f"regions {sorted(regions)}"
+        out.append(
+            Finding(
+                "health",
+                f"compilation inside the recorded steps ({where}): a "
+                "recompile, so these steps do not show the steady state",
+                problem=True,
+            )
+        )
+    return out
+
+
+def _allocator(trace: Trace) -> Finding | None:
+    calls: dict[str, int] = {}
+    total, where = 0.0, []
+    for step in trace.steps:
+        in_step = [c for c in step.runtime if c.name in ALLOCATOR_CALLS]
+        for call in in_step:
+            calls[call.name] = calls.get(call.name, 0) + 1
+            total += call.dur
+        if in_step:
+            where.append(f"{step.name} ({sum(c.dur for c in in_step):.0f} us)")
+    if not calls:
+        return None
+    count = sum(calls.values())
+    kinds = ", ".join(f"{name} x{n}" for name, n in calls.items())
+    return Finding(
+        "allocator",
+        f"{count} allocator call{'s' if count > 1 else ''} ({kinds}, {total:.0f} us in all) "
+        f"inside the recorded steps, in {steps_text(where)}: the caching allocator grew "
+        "during the steps (e.g. the script keeps every step's output alive), so these steps "
+        "are not steady state and their CPU time is inflated",
+        us=total / len(trace.steps),
+        next="free what each step allocates (or warm up until the pool stops growing)",
+    )
+
+
+def _bound(trace: Trace) -> Finding | None:
+    """The verdict from the GPU's busy time (union over streams) against the step's wall."""
+    if not trace.steps:
+        return None
+    cpu = step_wall(trace)
+    unit = "in the window" if trace.unit == "window" else "per step"
+    if not trace.gpu_all:
+        where = f"{trace.device}: " if trace.device else ""
+        return Finding(
+            "bound",
+            f"{'CPU-only trace' if trace.device is None else where + 'no GPU events recorded'}"
+            f": {cpu:.0f} us of CPU time {unit}, no GPU side",
+        )
+    rows = [breakdown.step(s) for s in trace.steps]
+    gpu = statistics.median(r["gpu_busy_us"] for r in rows)
+    waits = statistics.median(idle.split(s)["host_wait_us"] for s in trace.steps)
+    if gpu < 0.2 * cpu:
+        return Finding(
+            "bound",
+            f"overhead-bound: the GPU is busy {gpu:.1f} us {unit} (union of its work) of "
+            f"{cpu:.0f} us; it mostly waits for launches",
+            us=waits,
+            next="fewer, larger launches: torch.compile, CUDA graphs, larger batches",
+        )
+    if gpu >= 0.8 * cpu:
+        return Finding(
+            "bound",
+            f"GPU-bound: the GPU is busy {gpu:.0f} us {unit} (union of its work) of "
+            f"{cpu:.0f} us of CPU time; the launches keep ahead of the GPU",
+            next="the top kernels and classes below are where the time goes",
+        )
+    return Finding(
+        "bound",
+        f"balanced: the GPU is busy {gpu:.0f} us {unit} (union of its work) of {cpu:.0f} us "
+        "of CPU time (which the profiler inflates); larger shapes tip it GPU-bound",
+        us=waits,
+    )
+
+
+def _syncs(trace: Trace) -> Finding | None:
+    """Host-stalling synchronizations, by the time they blocked the host per step."""
+    rows: dict[str, dict] = {}
+    for step in trace.steps:
+        for row in syncs.step(step):
+            got = rows.setdefault(row["what"], {"count": 0, "us": 0.0, "by": row["by"]})
+            got["count"] += row["count"]
+            got["us"] += row["blocked_us"]
+    if not rows:
+        return None
+    n = len(trace.steps)
+    total = sum(r["us"] for r in rows.values()) / n
+    parts = ", ".join(
+        f"{what} x{r['count'] / n:g} ({r['us'] / n:.0f} us, in {r['by']})"
+        for what, r in sorted(rows.items(), key=lambda kv: -kv[1]["us"])
+    )
+    return Finding(
+        "sync",
+        f"the host stops for the GPU {total:.0f} us per step: {parts}",
+        us=total,
+        next="keep values on the GPU (no .item()/.cpu() inside the step), pin host memory "
+        "(pin_memory=True) and copy with non_blocking=True",
+    )
+
+
+def _exposed_comm(trace: Trace) -> Finding | None:
+    """Communication that no compute hides, per step (by union)."""
+    if not trace.on_gpu:
+        return None
+    rows = [collectives.step(s, trace) for s in trace.steps]
+    if not any(r["collectives"] for r in rows):
+        return None
+    exposed = statistics.median(r["exposed_us"] for r in rows)
+    comm = statistics.median(r["comm_us"] for r in rows)
+    return Finding(
+        "communication",
+        f"{comm:.0f} us of collectives per step, {exposed:.0f} us of it exposed (no compute "
+        "kernel runs meanwhile)",
+        us=exposed,
+        next="overlap it: bucket gradients (DDP), prefetch all-gathers (FSDP), or shrink messages",
+    )
+
+
+def _cold_start(trace: Trace) -> Finding | None:
+    """A first step wider than the rest because start-up work landed in it: its GPU work
+    took longer, or it made start-up calls (allocation, module loading) that later steps do
+    not. A first step whose CPU side alone is wider (in every trace the profiler's own start
+    lands there) is no cold start."""
+    if len(trace.steps) < 3:
+        return None
+    first, rest = trace.steps[0], trace.steps[1:]
+    wall = statistics.median(s.dur for s in rest)
+    if first.dur <= 1.5 * wall:
+        return None
+    busy = breakdown.step(first)["gpu_busy_us"]
+    busy_rest = statistics.median(breakdown.step(s)["gpu_busy_us"] for s in rest)
+    later = {c.name for s in rest for c in s.runtime}
+    start_up = sorted(
+        {c.name for c in first.runtime if START_UP_CALLS.match(c.name) and c.name not in later}
+    )
+    if not (busy > 1.5 * busy_rest > 0 or start_up):
+        return None
+    why = f"its GPU work {busy:.0f} us against {busy_rest:.0f} us" if busy > 1.5 * busy_rest else ""
+    if start_up:
+        why += ("; " if why else "") + f"start-up calls only there: {', '.join(start_up)}"
+    return Finding(
+        "cold start",
+        f"{first.name} took {first.dur:.0f} us against {wall:.0f} us for the later steps "
+        f"({why}): start-up work landed in it (allocation, library heuristics, lazy loading)",
+        us=(first.dur - wall) / len(trace.steps),
+        next="warm up before profiling (the schedule's wait and warmup steps)",
+    )
+
+
+def _compile_rows(trace: Trace) -> list[Finding]:
+    graphs = _names_matching(trace, FX_GRAPH)
+    hashes = []
+    for step in trace.steps:
+        found = [graphs[op.name] for op in step.cpu_ops]
+        hashes.append(tuple(m.group(1) for m in found if m))
+    if not any(hashes):
+        return []
+    distinct = list(dict.fromkeys(hashes))
+    same = len(distinct) == 1
+    rows = sorted(
+        {
+            name.split(":")[0]
+            for name in graphs
+            if name.startswith(("TorchDynamo", "Torch-Compiled", "AOTDispatcher", "Pregraph"))
+        }
+    )
+    return [
+        Finding(
+            "compile",
+            f"compiled steps: {', '.join(rows)}; CompiledFxGraph hash "
+            + (
+                "the same in every step (cache hits)"
+                if same
+                else f"changes between steps ({len(distinct)} different: "
+                f"{steps_text([' '.join(h) or '-' for h in distinct])}; recompiles)"
+            ),
+            problem=not same,
+        )
+    ]
+
+
+def _end_sync(trace: Trace) -> Finding | None:
+    """The cudaDeviceSynchronize after the last step: the profiler's own flush, unless the
+    GPU was still running queued work during it (then it is that work's time)."""
+    syncs_after = [c for c in trace.runtime_outside_steps if c.name == "cudaDeviceSynchronize"]
+    if not (syncs_after and trace.steps and syncs_after[-1].ts >= trace.steps[-1].ts):
+        return None
+    sync = syncs_after[-1]
+    during = intervals.union(
+        (max(i.ts, sync.ts), min(i.ts + i.dur, sync.ts + sync.dur))
+        for i in trace.gpu_all
+        if i.ts < sync.ts + sync.dur and i.ts + i.dur > sync.ts
+    )
+    drained = intervals.length(during)
+    if sync.dur > 0 and drained >= 0.5 * sync.dur:
+        return Finding(
+            "profiler",
+            f"cudaDeviceSynchronize after the last step ({sync.dur:.0f} us) waits for GPU work "
+            f"still queued ({drained:.0f} us of it runs meanwhile): the last steps' kernels, "
+            "the GPU's time, not the profiler's",
+        )
+    return Finding(
+        "profiler",
+        f"cudaDeviceSynchronize after the last step ({sync.dur:.0f} us): the profiler "
+        "flushing its GPU events, not your code",
+    )
+
+
+def _variation(trace: Trace) -> Finding | None:
+    """The same kernel (name and launcher) taking different times in different steps, merged
+    into one finding: the widest few named, the rest counted."""
+    varied = variation.read(trace)
+    if not varied:
+        return None
+    shown = varied[:SHOWN_KERNELS]
+    parts = "; ".join(
+        f"{label(v['name'], 60)} (by {v['launched_by']}) took {v['low_us']:.1f} to "
+        f"{v['high_us']:.1f} us across steps ({v['spread']:.0%} spread)"
+        for v in shown
+    )
+    more = f"; {len(varied) - len(shown)} more vary by over 10%" if len(varied) > len(shown) else ""
+    return Finding(
+        "variation",
+        f"{parts}{more}: read each step, not only the average",
+        us=shown[0]["at_stake_us"],
+        next="more steps (active=), a fixed clock, or look for what else ran on the GPU",
+    )
+
+
+def first(trace: Trace) -> list[Finding | None]:
+    """The rules ranked before the kernels' (ties keep this order)."""
+    return [
+        _allocator(trace),
+        _bound(trace),
+        _syncs(trace),
+        _exposed_comm(trace),
+        _cold_start(trace),
+    ]
+
+
+def last(trace: Trace) -> list[Finding | None]:
+    """The rules ranked after the kernels'."""
+    return [*_compile_rows(trace), _end_sync(trace), _variation(trace)]

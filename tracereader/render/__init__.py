@@ -1,0 +1,1 @@
+"""Text and JSON of a reading: they format, they compute nothing."""
