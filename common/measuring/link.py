@@ -1,6 +1,6 @@
-"""Measure the link's curve (tracereader.analyses.linkcurve): all-reduce, all-gather and reduce-scatter
-at every size from `low` to `high` bytes, doubling, timed on every rank with the same fixed
-number of calls (bench_ranks.time_fixed), the slowest rank's best sample per point."""
+"""Measure the link's curve (tracereader.analyses.linkcurve): all-reduce, all-gather and
+reduce-scatter at every size from `low` to `high` bytes, doubling, timed on every rank with the
+same fixed number of calls (bench_ranks.time_fixed), the slowest rank's best sample per point."""
 
 from __future__ import annotations
 
