@@ -1,7 +1,7 @@
 """The link as a curve (tracereader.analyses.linkcurve, tools/dev/link_curve.py) and the scaling
-prediction built on it (tools/dev/predict_scaling.py). What a user relies on: a collective is judged against
-the link at its own size and kind and never read as more than 100% of it; the curve a run
-measures reads back; the prediction's arithmetic is the one its docstring states."""
+prediction built on it (tools/dev/predict_scaling.py). What a user relies on: a collective is
+judged against the link at its own size and kind and never read as more than 100% of it; the
+curve a run measures reads back; the prediction's arithmetic is the one its docstring states."""
 
 from __future__ import annotations
 
