@@ -62,6 +62,50 @@ def test_overlap_is_the_share_of_communication_hidden_under_compute(tmp_path):
     assert reading["comm_overlap_pct"] == pytest.approx(50)
 
 
+def test_collective_time_per_kind_and_htas_idle_split_per_stream(tmp_path):
+    # stream 7: a GEMM, one 10 us later launched before it ended (kernel wait: under 30 us),
+    # one 40 us later (other), one launched after the previous ended (host wait, 100 us);
+    # stream 9: an all-gather and a reduce-scatter, 60 us apart (other)
+    events = kernel("gemm", 100, 10, 7, 1) + kernel("gemm", 120, 10, 7, 2)
+    events += kernel("gemm", 170, 10, 7, 3) + kernel("gemm", 290, 10, 7, 4)
+    events += kernel("ncclDevKernel_AllGather_RING_LL", 100, 20, 9, 5)
+    events += kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 180, 30, 9, 6)
+    for call in events[::2]:
+        call["ts"] = 50  # every runtime call queued early...
+    events[6]["ts"] = 200  # ...but the last GEMM's, after the previous GEMM's end (180)
+    reading = tool().raw_reading(write(tmp_path, events))["all"]
+    assert reading["collectives_us"] == {"all-gather": 20, "reduce-scatter": 30}
+    assert reading["idle_split_us"] == {"host_wait": 110, "kernel_wait": 10, "other": 100}
+
+
+def test_htas_events_add_the_host_ops_that_carry_a_stream(tmp_path):
+    """Inductor records its launcher op as a cpu_op with "stream": 0; HTA counts it as GPU
+    compute. The referee shows HTA's scope with it added: here it widens the span."""
+    events = kernel("gemm", 100, 10, 7, 1)
+    events.append({"ph": "X", "cat": "cpu_op", "name": "triton_poi_fused_0", "pid": 1, "tid": 1,
+                   "ts": 60, "dur": 20, "args": {"stream": 0}})  # fmt: skip
+    reading = tool().raw_reading(write(tmp_path, events))
+    assert reading["hta"]["span_us"] == pytest.approx(10)
+    assert reading["hta_events"]["span_us"] == pytest.approx(50)
+    assert reading["hta_events"]["compute_pct"] == pytest.approx(60)
+
+
+def test_a_folder_of_several_runs_is_one_job_per_run(tmp_path):
+    """A lesson's trace folder keeps every variant's rank files: one job per STEM, HTA given
+    those files only (reading the folder would give it two files per rank)."""
+    for stem in ("eager", "compile"):
+        for rank in (0, 1):
+            write(tmp_path, kernel("gemm", 100, 10, 7, 1), f"{stem}_rank{rank}.json")
+    jobs = tool().jobs_from([str(tmp_path)], each=False)
+    assert [Path(j.arg).name for j in jobs] == ["compile", "eager"]
+    assert [f.name for f in jobs[1].files] == ["eager_rank0.json", "eager_rank1.json"]
+    assert jobs[1].hta_arg.split("::") == [str(f.resolve()) for f in jobs[1].files]
+    (tmp_path / "compile_rank0.json").unlink()
+    (tmp_path / "compile_rank1.json").unlink()
+    (job,) = tool().jobs_from([str(tmp_path)], each=False)  # one run: the folder, as before
+    assert job.hta_arg == str(tmp_path.resolve())
+
+
 def two_steps_and_a_late_kernel() -> list[dict]:
     """Two ProfilerSteps (50-140, 150-240 us), a 10 us GEMM inside the first and one launched
     after the last step (at 400 us)."""
@@ -204,3 +248,24 @@ def test_rows_set_the_readers_steps_window_against_the_raw_steps(tmp_path):
     assert row["raw_scope"] == "steps" and row["reader"]["gpu_busy_us"] == 10.0
     assert row["verdicts"]["reader_busy_vs_raw"] == (0.0, True)
     assert row["verdicts"]["reader_all_busy_vs_raw"] == (0.0, True)
+
+
+def test_rows_set_the_readers_collectives_and_idle_split_against_htas(tmp_path):
+    """Per kind, the reader's summed time over its steps against HTA's time per NCCL kernel
+    name (in points of HTA's span); the reader's idle split summed over its steps."""
+    path = write(tmp_path, two_steps_and_a_late_kernel())
+    job = tool().Job(str(path), [path], str(path))
+    job.raw = [tool().raw_reading(path)]
+    reading = contract()
+    trace = reading["traces"][0]
+    trace["steps_window"] = trace["window"]
+    trace["summary"] = {"collectives": {"by_kind": [{"kind": "all-gather", "total_us": 30.0}]}}
+    idle = {"host_wait_us": 5.0, "kernel_wait_us": 0.0, "other_us": 1.0}
+    trace["steps"] = [{"idle_us": idle}, {"idle_us": idle}]
+    job.reader = reading
+    names = {"ncclDevKernel_AllGather_RING_LL": 20.0, "ncclDevKernel_AllGather_RING_LL(x)": 8.0}
+    job.hta = {"ranks": [{"file": str(path.resolve()), "span_us": 100.0, "comm_by_name_us": names}]}
+    (row,) = tool().rows(job)
+    assert row["hta_collectives_us"] == {"all-gather": 28.0}
+    assert row["reader_idle_split_us"] == {"host_wait": 10.0, "kernel_wait": 0.0, "other": 2.0}
+    assert row["verdicts"]["collectives_vs_hta"] == (pytest.approx(2.0), True)

@@ -7,7 +7,8 @@ tools/dev/trace_bench.py. It runs in HTA's own environment, never in the project
 A file is read as one trace (HTA names its rank from the file's first `"rank": N`), a folder as
 HTA reads a job (every .json/.gz directly inside it), `A::B::...` as one job of those files.
 Per input: HTA's load time (parse, align, filter: `TraceAnalysis(...)`) and the time of the
-three analyses below, then per rank the temporal breakdown, the comm/compute overlap and the
+analyses below, then per rank the temporal breakdown, the comm/compute overlap, the time of
+each communication kernel name (the kernel breakdown, nothing grouped into "others") and the
 idle time breakdown summed over streams.
 Whatever HTA raises is recorded as that input's error; its warnings are kept, not printed
 (HTA logs to stdout). Imports nothing from the project.
@@ -101,11 +102,22 @@ def analyse(path: str, include_last_step: bool) -> dict:
             rows[int(r["rank"])]["comm_overlap_pct"] = _num(r["comp_comm_overlap_pctg"])
     except BaseException as exc:  # noqa: BLE001
         out["errors"].append(f"comm/comp overlap: {_error(exc)}")
+    try:
+        # every kernel by name (no "others" row): HTA's time per communication kernel name
+        _, df = analysis.get_gpu_kernel_breakdown(
+            visualize=False, duration_ratio=1.0, num_kernels=10**9, include_memory_kernels=False
+        )
+        for r in df[df["kernel_type"] == "COMMUNICATION"].to_dict("records"):
+            by_name = rows[int(r["rank"])].setdefault("comm_by_name_us", {})
+            by_name[str(r["name"])] = _num(r["sum (us)"])
+    except BaseException as exc:  # noqa: BLE001
+        out["errors"].append(f"kernel breakdown: {_error(exc)}")
     for rank in rows:
         try:
             df, _ = analysis.get_idle_time_breakdown(ranks=[rank], visualize=False)
             by_kind = df.groupby("idle_category")["idle_time"].sum()
             rows[rank]["idle_breakdown_us"] = {k: _num(v) for k, v in by_kind.items()}
+            rows[rank]["idle_streams"] = int(df["stream"].nunique())
         except BaseException as exc:  # noqa: BLE001
             out["errors"].append(f"idle time breakdown, rank {rank}: {_error(exc)}")
     out["analyses_s"] = time.perf_counter() - start

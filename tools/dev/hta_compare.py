@@ -12,25 +12,33 @@ Per trace (per rank) three sources side by side:
           idle / compute / non-compute and the comm/compute overlap by HTA's definitions
           (docs/reader_vs_hta.md), computed by interval arithmetic. Shown in two scopes: the
           reader's (all GPU work, or what the steps launched when the reader reads steps) and
-          HTA's (what HTA keeps after filtering its steps).
+          HTA's (what HTA keeps after filtering its steps); where host events carry a `stream`
+          arg (Inductor's launcher ops), HTA's scope with them added too, as HTA counts them.
+          Per kind of collective (from the NCCL kernel's name) the summed kernel time, and
+          HTA's idle split (per stream, summed over streams) restated.
   HTA     holistictraceanalysis 0.5.0 in its own environment (`uv run --no-project --with ...`
           python -m tools.dev._hta_side): get_temporal_breakdown, get_comm_comp_overlap,
-          get_idle_time_breakdown, with the last ProfilerStep included (HTA drops it by
+          get_idle_time_breakdown, get_gpu_kernel_breakdown's communication kernels (their
+          time per kind), with the last ProfilerStep included (HTA drops it by
           default; --hta-default-steps keeps HTA's default).
   reader  `python -m tracereader.commands.explain PATH --json` (schema_version 2) of this
           checkout: its `window` (the whole trace) and, where it reads steps, its
           `steps_window` (the work the steps launched), each against the raw union in the same
           scope; the steps' scope is the one set against HTA, which filters a trace with steps
-          the same way.
+          the same way. Its time per kind of collective and its idle split (by union, per
+          step) are summed over its steps (summary.collectives.by_kind, steps[].idle_us).
 
 Targets, marked per row: the reader's GPU busy within 0.5% of the raw union; its idle / compute /
-non-compute within 1 point and its comm/compute overlap within 2 points of HTA's. HTA's own
+non-compute within 1 point, its comm/compute overlap, idle and time per kind of collective
+(in points of HTA's span) within 2 points of HTA's. A folder holding several runs' rank files
+(STEM_rank<r>.json[.gz]) is one job per STEM. HTA's own
 busy against the raw union in its scope is shown too: that is where HTA mis-reads.
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import re
@@ -63,9 +71,25 @@ GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 COMM_RE = re.compile(r"nccl.*Kernel")
 MEMORY_RE = re.compile(r"Memcpy|Memset|dma")
 NOT_COMPUTE_RE = re.compile(r"(nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+# a collective's kind from its NCCL kernel's name (ncclDevKernel_AllGather_RING_LL, ...)
+KINDS = (
+    ("all-reduce", re.compile(r"all_?reduce", re.I)),
+    ("all-gather", re.compile(r"all_?gather", re.I)),
+    ("reduce-scatter", re.compile(r"reduce_?scatter", re.I)),
+    ("all-to-all", re.compile(r"all_?to_?all", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+    ("send/recv", re.compile(r"send|recv", re.I)),
+    ("reduce", re.compile(r"reduce", re.I)),
+)
+IDLE_KINDS = ("host_wait", "kernel_wait", "other")
+# HTA's consecutive_kernel_delay: 30, in the trace's unit (microseconds), not the 30 ns its
+# docstring says
+HTA_KERNEL_WAIT_US = 30.0
 TARGET_BUSY_REL = 0.005
 TARGET_BREAKDOWN_PT = 1.0
 TARGET_OVERLAP_PT = 2.0
+TARGET_IDLE_PT = 2.0
+TARGET_COLLECTIVE_PT = 2.0
 
 
 class BadInput(Exception):
@@ -101,9 +125,36 @@ def intersection(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> 
     return total
 
 
+def kind_of(name: str) -> str:
+    return next((k for k, pattern in KINDS if pattern.search(name)), "other")
+
+
+def idle_split(events: list[dict]) -> dict:
+    """HTA's idle time breakdown restated, summed over streams: per stream, in start order, the
+    gap before each event (negative where two overlap) is host wait when its runtime call
+    started after the previous event's end, else kernel wait under HTA_KERNEL_WAIT_US, else
+    other. Events need "stream" and "launch_ts" (None without a runtime call)."""
+    out = dict.fromkeys(IDLE_KINDS, 0.0)
+    streams: dict = {}
+    for e in events:
+        streams.setdefault(e.get("stream"), []).append(e)
+    for on_stream in streams.values():
+        on_stream.sort(key=lambda e: e["ts"])
+        for prev, e in itertools.pairwise(on_stream):
+            prev_end, gap = prev["ts"] + prev["dur"], e["ts"] - (prev["ts"] + prev["dur"])
+            if e.get("launch_ts") is not None and e["launch_ts"] > prev_end:
+                out["host_wait"] += gap
+            elif gap < HTA_KERNEL_WAIT_US:
+                out["kernel_wait"] += gap
+            else:
+                out["other"] += gap
+    return out
+
+
 def breakdown(events: list[dict]) -> dict | None:
     """Span, busy, idle / compute / non-compute % of the span, comm time and its overlap with
-    compute, of GPU events [{"ts", "dur", "name"}]."""
+    compute, the summed time of each kind of collective and HTA's idle split, of GPU events
+    [{"ts", "dur", "name"}, optionally "stream" and "launch_ts"]."""
     if not events:
         return None
     every = union([(e["ts"], e["ts"] + e["dur"]) for e in events])
@@ -113,6 +164,11 @@ def breakdown(events: list[dict]) -> dict | None:
     comm = union([(e["ts"], e["ts"] + e["dur"]) for e in events if COMM_RE.match(e["name"])])
     span = every[-1][1] - every[0][0]
     busy, comp, comm_us = length(every), length(compute), length(comm)
+    by_kind: dict[str, float] = {}
+    for e in events:
+        if COMM_RE.match(e["name"]):
+            k = kind_of(e["name"])
+            by_kind[k] = by_kind.get(k, 0.0) + e["dur"]
     pct = (lambda us: 100.0 * us / span) if span > 0 else (lambda us: None)
     return {
         "span_us": span,
@@ -122,6 +178,8 @@ def breakdown(events: list[dict]) -> dict | None:
         "non_compute_pct": pct(busy - comp),
         "comm_us": comm_us,
         "comm_overlap_pct": 100.0 * intersection(comm, compute) / comm_us if comm_us else None,
+        "collectives_us": by_kind,
+        "idle_split_us": idle_split(events),
     }
 
 
@@ -137,10 +195,11 @@ def raw_reading(path: Path) -> dict:
     """The referee's numbers for one file, in three scopes: every GPU event ("all"), those
     launched inside a ProfilerStep ("steps", None without steps) and those HTA keeps with the
     last step included ("hta": with two or more step names, GPU events whose correlation is a
-    host event that starts before the last step ends)."""
+    host event that starts before the last step ends); and "hta_events", HTA's scope with the
+    host events that carry a `stream` arg added, as HTA counts them (None without any)."""
     data = read_json(path)
     events = [e for e in data.get("traceEvents", []) if isinstance(e, dict)]
-    gpu, host_corr = [], []
+    gpu, host_corr, stream_ops = [], [], []
     for e in events:
         if e.get("ph") != "X" or not isinstance(e.get("ts"), (int, float)):
             continue
@@ -152,10 +211,19 @@ def raw_reading(path: Path) -> dict:
                     "dur": float(e.get("dur", 0) or 0),
                     "name": str(e.get("name", "")),
                     "corr": args.get("correlation"),
+                    "stream": args.get("stream", e.get("tid")),
                 }
             )
-        elif "correlation" in args:
-            host_corr.append((float(e["ts"]), args["correlation"]))
+        else:
+            if "correlation" in args:
+                host_corr.append((float(e["ts"]), args["correlation"]))
+            if args.get("stream", -1) != -1:  # Inductor's launcher ops carry "stream": 0
+                stream_ops.append(
+                    {"ts": float(e["ts"]), "dur": float(e.get("dur", 0) or 0), "name": e["name"]}
+                )
+    launched_at = dict((c, ts) for ts, c in host_corr)
+    for g in gpu:
+        g["launch_ts"] = launched_at.get(g["corr"])
     steps = [
         (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
         for e in events
@@ -174,6 +242,7 @@ def raw_reading(path: Path) -> dict:
         last_end = max(b for _, b in steps) if steps else float("inf")
         kept = {c for ts, c in host_corr if ts <= last_end}
         hta_scope = [g for g in gpu if g["corr"] in kept]
+        stream_ops = [o for o in stream_ops if o["ts"] <= last_end]
     info = data.get("distributedInfo")
     return {
         "file": str(path.resolve()),
@@ -182,6 +251,9 @@ def raw_reading(path: Path) -> dict:
         "all": breakdown(gpu),
         "steps": breakdown(in_steps) if in_steps is not None else None,
         "hta": breakdown(hta_scope),
+        # what HTA takes for GPU events: also the host events with a stream arg
+        "hta_events": breakdown(hta_scope + stream_ops) if stream_ops else None,
+        "stream_ops": len(stream_ops),
     }
 
 
@@ -208,6 +280,26 @@ def _traces_in(folder: Path) -> list[Path]:
     )
 
 
+RANK_FILE = re.compile(r"^(?P<stem>.+)_rank\d+\.json(\.gz)?$")
+
+
+def _stem_jobs(folder: Path, files: list[Path]) -> list[Job] | None:
+    """One job per run where a folder holds the rank files of several (a lesson's trace folder
+    keeps every variant's `STEM_rank<r>.json`), else None."""
+    stems: dict[Path, list[Path]] = {}
+    for f in files:
+        found = RANK_FILE.match(f.name)
+        if not found:
+            return None
+        stems.setdefault(f.parent / found["stem"], []).append(f)
+    if len(stems) < 2:
+        return None
+    return [
+        Job(str(stem), fs, "::".join(str(f.resolve()) for f in fs))
+        for stem, fs in sorted(stems.items())
+    ]
+
+
 def jobs_from(args: list[str], each: bool) -> list[Job]:
     jobs = []
     for arg in args:
@@ -221,7 +313,7 @@ def jobs_from(args: list[str], each: bool) -> list[Job]:
             if each:
                 jobs += [Job(str(f), [f], str(f.resolve())) for f in files]
             else:
-                jobs.append(Job(arg, files, str(path.resolve())))
+                jobs += _stem_jobs(path, files) or [Job(arg, files, str(path.resolve()))]
         else:
             files = sorted(path.parent.glob(f"{path.name}_rank*.json*")) if path.parent else []
             if not files:
@@ -306,6 +398,11 @@ def rows(job: Job) -> list[dict]:
         if reader is None and len(reader_traces) == 1 == len(job.raw):
             reader = reader_traces[0]
         unit = reader.get("unit") if reader else None
+        hta_kinds = None
+        if hta and hta.get("comm_by_name_us") is not None:
+            hta_kinds = {}
+            for name, us in hta["comm_by_name_us"].items():
+                hta_kinds[kind_of(name)] = hta_kinds.get(kind_of(name), 0.0) + (us or 0.0)
         # Like with like: the steps' scope on both sides where the reader reads steps (its
         # `steps_window`), the whole trace where it does not.
         steps_window = reader.get("steps_window") if reader else None
@@ -318,14 +415,32 @@ def rows(job: Job) -> list[dict]:
             "raw_scope": scope,
             "raw_all": raw["all"],
             "raw_hta_scope": raw["hta"],
+            "raw_hta_events": raw["hta_events"],
             "hta": hta,
             "reader": (steps_window if scope == "steps" else reader["window"]) if reader else None,
             "reader_all": reader["window"] if reader else None,
             "reader_unit": unit,
+            "hta_collectives_us": hta_kinds,
+            "reader_collectives_us": _reader_collectives(reader) if scope == "steps" else None,
+            "reader_idle_split_us": _reader_idle_split(reader) if scope == "steps" else None,
         }
         row["verdicts"] = verdicts(row)
         out.append(row)
     return out
+
+
+def _reader_collectives(reader: dict) -> dict | None:
+    """The reader's summed time per kind of collective over its steps."""
+    found = ((reader.get("summary") or {}).get("collectives") or {}).get("by_kind")
+    return None if found is None else {r["kind"]: r["total_us"] for r in found}
+
+
+def _reader_idle_split(reader: dict) -> dict | None:
+    """The reader's idle split summed over its steps, in HTA's kind names."""
+    steps = [s["idle_us"] for s in reader.get("steps") or [] if s.get("idle_us")]
+    if not steps:
+        return None
+    return {k: sum(s.get(f"{k}_us", 0.0) for s in steps) for k in IDLE_KINDS}
 
 
 def _gap(a, b) -> float | None:
@@ -356,6 +471,17 @@ def verdicts(row: dict) -> dict:
         gap = _gap(reader.get("comm_overlap_pct"), hta.get("comm_overlap_pct"))
         if gap is not None:
             out["overlap_vs_hta"] = (gap, gap <= TARGET_OVERLAP_PT)
+        gap = _gap(reader.get("idle_pct"), hta.get("idle_pct"))
+        if gap is not None:
+            out["idle_vs_hta"] = (gap, gap <= TARGET_IDLE_PT)
+    ours, theirs = row.get("reader_collectives_us"), row.get("hta_collectives_us")
+    if ours is not None and theirs is not None and hta and hta.get("span_us"):
+        # in points of HTA's span: a kind's time as a share of the window, like idle's
+        gap = max(
+            (abs(ours.get(k, 0.0) - theirs.get(k, 0.0)) for k in {*ours, *theirs}), default=0.0
+        )
+        gap = 100.0 * gap / hta["span_us"]
+        out["collectives_vs_hta"] = (gap, gap <= TARGET_COLLECTIVE_PT)
     return out
 
 
@@ -382,7 +508,37 @@ NAMES = {
     "hta_busy_vs_raw": ("HTA busy vs raw", "rel", TARGET_BUSY_REL),
     "breakdown_vs_hta": ("reader breakdown vs HTA", "pt", TARGET_BREAKDOWN_PT),
     "overlap_vs_hta": ("reader overlap vs HTA", "pt", TARGET_OVERLAP_PT),
+    "idle_vs_hta": ("reader idle vs HTA", "pt", TARGET_IDLE_PT),
+    "collectives_vs_hta": ("reader time per collective kind vs HTA", "pt", TARGET_COLLECTIVE_PT),
 }
+
+
+def _ms(values: dict | None, keys) -> str:
+    if values is None:
+        return "-"
+    return " / ".join(f"{values.get(k, 0.0) / 1e3:.3f}" for k in keys)
+
+
+def _extra_lines(row: dict) -> list[str]:
+    """Time per collective kind and the idle split, ms, in the row's scope; the raw idle split
+    is HTA's definition (per stream, summed) restated, the reader's is its own (by union)."""
+    raw, hta = row["raw"], row["hta"] or {}
+    kinds = sorted(
+        {*(raw or {}).get("collectives_us", {}), *(row["hta_collectives_us"] or {})}
+        | set(row["reader_collectives_us"] or {})
+    )
+    lines = []
+    if kinds:
+        lines.append(f"  collectives ms ({' / '.join(kinds)})")
+        lines.append(f"    raw {_ms((raw or {}).get('collectives_us'), kinds)}")
+        lines.append(f"    HTA {_ms(row['hta_collectives_us'], kinds)}")
+        lines.append(f"    reader {_ms(row['reader_collectives_us'], kinds)}")
+    idle = row["raw_hta_scope"] and row["raw_hta_scope"].get("idle_split_us")
+    lines.append(f"  idle split ms ({' / '.join(IDLE_KINDS)})")
+    lines.append(f"    raw, HTA's definition, HTA's scope {_ms(idle, IDLE_KINDS)}")
+    lines.append(f"    HTA (per stream, summed) {_ms(hta.get('idle_breakdown_us'), IDLE_KINDS)}")
+    lines.append(f"    reader (by union, its steps) {_ms(row['reader_idle_split_us'], IDLE_KINDS)}")
+    return lines
 
 
 def render(job: Job) -> str:
@@ -409,10 +565,13 @@ def render(job: Job) -> str:
             lines.append(_line("raw (all)", row["raw_all"], "gpu_busy_us"))
         lines.append(_line(f"raw ({row['raw_scope']})", row["raw"], "gpu_busy_us"))
         lines.append(_line("raw (HTA's scope)", row["raw_hta_scope"], "gpu_busy_us"))
+        if row["raw_hta_events"]:
+            lines.append(_line("raw (+stream ops)", row["raw_hta_events"], "gpu_busy_us"))
         lines.append(_line("HTA", row["hta"], "busy_us"))
         if scoped:
             lines.append(_line("reader (all)", row["reader_all"], "gpu_busy_us"))
         lines.append(_line(f"reader ({row['raw_scope']})", row["reader"], "gpu_busy_us"))
+        lines += _extra_lines(row)
         for key, (gap, ok) in row["verdicts"].items():
             name, kind, target = NAMES[key]
             shown = (
