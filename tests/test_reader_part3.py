@@ -523,7 +523,7 @@ def test_findings_for_the_naive_lessons_in_words():
     assert math["precision"].message.startswith(
         "float32 inside a bf16 run: 2 GEMMs compute in fp32 on CUDA cores, no Tensor cores"
     )
-    assert "3 aten::_to_copy casts bf16 tensors" in math["precision"].message
+    assert "3 aten::_to_copy casts of bf16 tensors to float32" in math["precision"].message
     cudnn = {
         f.topic: f for f in findings.read(trace_reader.load(SDPA / f"{SHAPE}_eager_cudnn.json.gz"))
     }

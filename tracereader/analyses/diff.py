@@ -9,7 +9,7 @@ import math
 import statistics
 from collections import Counter
 
-from tracereader.analyses import breakdown, tops
+from tracereader.analyses import breakdown, idle, tops
 from tracereader.names.devices import datasheet
 from tracereader.trace.load import GpuItem, Trace
 from tracereader.trace.model import ELEMENT_BYTES
@@ -131,9 +131,9 @@ def compare(a: Trace, b: Trace) -> dict:
         "kernel_avg_us": {
             n: {"a": avg_a.get(n), "b": avg_b.get(n)} for n in dict.fromkeys([*avg_a, *avg_b])
         },
-        "gpu_us_per_step": {
-            "a": statistics.mean(s.gpu_sum for s in a.steps) if a.steps else 0,
-            "b": statistics.mean(s.gpu_sum for s in b.steps) if b.steps else 0,
+        "gpu_us_per_step": {  # summed durations (streams overlapping count twice), median
+            "a": statistics.median(s.gpu_sum for s in a.steps) if a.steps else 0,
+            "b": statistics.median(s.gpu_sum for s in b.steps) if b.steps else 0,
         },
         **at_scale(a, b),
     }
@@ -150,13 +150,24 @@ def _cap(extra: list[dict], trace: Trace) -> None:
 
 
 def _per_step(trace: Trace, key) -> dict[str, float]:
-    out: dict[str, float] = {}
+    """Per key, the median over the steps of its kernels' time in the step (a kernel group's
+    kernels run one after another: their durations add up)."""
+    rows = []
     for step in trace.steps:
+        row: dict[str, float] = {}
         for item in step.gpu:
             k = key(item)
-            out[k] = out.get(k, 0.0) + item.dur
-    n = max(len(trace.steps), 1)
-    return {k: v / n for k, v in out.items()}
+            row[k] = row.get(k, 0.0) + item.dur
+        rows.append(row)
+    keys = {k for row in rows for k in row}
+    return {k: statistics.median(row.get(k, 0.0) for row in rows) for k in keys}
+
+
+def _by_class(trace: Trace) -> dict[str, float]:
+    """Per kernel class, the median over the steps of its time (union within the class)."""
+    rows = [breakdown.step(s)["by_class_us"] for s in trace.steps]
+    keys = {k for row in rows for k in row}
+    return {k: statistics.median(row.get(k, 0.0) for row in rows) for k in keys}
 
 
 def _ops(trace: Trace) -> dict[str, tuple[float, float]]:
@@ -178,11 +189,12 @@ def at_scale(a: Trace, b: Trace) -> dict:
         return statistics.median(f(s) for s in trace.steps) if trace.steps else None
 
     wall = {"a": median(a, lambda s: s.dur), "b": median(b, lambda s: s.dur)}
+    times = {"a": step_times(a), "b": step_times(b)}
     busy = {
         "a": median(a, lambda s: breakdown.busy(s.gpu)),
         "b": median(b, lambda s: breakdown.busy(s.gpu)),
     }
-    ca, cb = _per_step(a, breakdown.group), _per_step(b, breakdown.group)
+    ca, cb = _by_class(a), _by_class(b)
     ga, gb = (
         _per_step(a, lambda i: tops.kernel_group(i.name)),
         _per_step(b, lambda i: tops.kernel_group(i.name)),
@@ -227,7 +239,9 @@ def at_scale(a: Trace, b: Trace) -> dict:
             for o in ops
         ],
         "modules": _modules(a, b),
-        "verdict": _verdict(wall, busy),
+        "step_us": {k: statistics.median(v) if v else None for k, v in times.items()},
+        "bound": {"a": _bound(a), "b": _bound(b)},
+        "verdict": _verdict(times, busy, changed, {"a": _bound(a), "b": _bound(b)}),
     }
 
 
@@ -259,13 +273,57 @@ def _modules(a: Trace, b: Trace) -> dict | None:
     }
 
 
-def _verdict(wall: dict, busy: dict) -> str:
-    if not wall["a"] or not wall["b"]:
+def step_times(trace: Trace) -> list[float]:
+    """Each step's time: the longer of its CPU span and its GPU window (analyses.idle), so a
+    GPU-bound run is timed by its GPU and a host-bound one by its host."""
+    if not trace.gpu_all:
+        return [s.dur for s in trace.steps]
+    parts = idle.split(trace)
+    return [max(s.dur, p["window_us"]) for s, p in zip(trace.steps, parts, strict=True)]
+
+
+def _bound(trace: Trace) -> str | None:
+    """ "GPU-bound" where the GPU waits for launches under a tenth of its window, else
+    "host-bound"; None for a CPU-only trace."""
+    if not trace.gpu_all or not trace.steps:
+        return None
+    parts = idle.split(trace)
+    window = statistics.median(p["window_us"] for p in parts)
+    host = statistics.median(p["host_wait_us"] for p in parts)
+    return "GPU-bound" if window and host < 0.1 * window else "host-bound"
+
+
+NOISE = 3.0  # a change smaller than this many times the steps' relative spread is noise
+
+
+def _verdict(times: dict, busy: dict, changed: list[dict], bound: dict) -> str:
+    """Faster or slower by the step's time (max of CPU span and GPU window per step), only
+    where the two sides' step times do not overlap and the change outruns their spread; the
+    GPU's busy time beside it, and the largest kernel group that got slower."""
+    a, b = times["a"], times["b"]
+    if not a or not b:
         return "nothing to compare"
-    ratio = wall["b"] / wall["a"]
-    speed = "no faster" if 0.97 <= ratio <= 1.03 else ("faster" if ratio < 1 else "slower")
-    line = f"B is {speed}: step {duration(wall['a'])} -> {duration(wall['b'])} ({ratio:.2f}x)"
+    ma, mb = statistics.median(a), statistics.median(b)
+    if not ma or not mb:
+        return "nothing to compare"
+    ratio = mb / ma
+    spread = max((max(a) - min(a)) / ma, (max(b) - min(b)) / mb)
+    apart = max(a) < min(b) or max(b) < min(a)
+    if abs(ratio - 1) < max(0.01, NOISE * spread / 2) and not (apart and abs(ratio - 1) > 0.03):
+        speed = "not measurably different"
+    else:
+        speed = "faster" if ratio < 1 else "slower"
+    line = (f"B is {speed}: step {duration(ma)} -> {duration(mb)} ({ratio:.2f}x; per step the "
+            "longer of CPU and GPU)")  # fmt: skip
     if busy["a"] and busy["b"]:
         change = busy["b"] / busy["a"]
         line += f", GPU busy {duration(busy['a'])} -> {duration(busy['b'])} ({change:.2f}x)"
+    if bound["a"] and bound["b"]:
+        line += "; " + (f"both {bound['a']}" if bound["a"] == bound["b"]
+                        else f"A {bound['a']}, B {bound['b']}")  # fmt: skip
+    worse = [c for c in changed if c["b_us"] > c["a_us"] and c["b_us"] - c["a_us"] >= 0.05 * mb]
+    if worse:
+        w = max(worse, key=lambda c: c["b_us"] - c["a_us"])
+        line += (f"; but {w['name']} is {w['b_us'] / w['a_us']:.1f}x slower "
+                 f"(+{duration(w['b_us'] - w['a_us'])} per step)")  # fmt: skip
     return line

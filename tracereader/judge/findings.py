@@ -18,7 +18,7 @@ question asks about every op against every other.
 from __future__ import annotations
 
 from tracereader.judge import kernel_findings, step_findings
-from tracereader.judge.finding import Finding, step_wall
+from tracereader.judge.finding import Finding, step_time
 from tracereader.trace.model import (
     Trace,
 )
@@ -43,7 +43,7 @@ def ranked(trace: Trace) -> tuple[list[Finding], list[Finding]]:
     health = step_findings.health(trace)
     if not trace.steps:
         return health, []
-    wall = step_wall(trace)
+    wall = step_time(trace)
     rest = [_at_stake(f, wall) for f in _all(trace) if f is not None]
     bound = [f for f in rest if f.topic == "bound"]
     timed = sorted(

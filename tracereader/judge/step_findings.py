@@ -7,15 +7,18 @@ import re
 import statistics
 
 from tracereader.analyses import breakdown, collectives, idle, syncs, variation
-from tracereader.judge.finding import SHOWN_KERNELS, Finding, step_wall, steps_text
+from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_text
 from tracereader.names.kernel_names import label
 from tracereader.trace import intervals
 from tracereader.trace.model import (
     Trace,
 )
 
+# torch's own compile work (Dynamo's and Inductor's timed phases), anchored and case-sensitive:
+# a user's annotation that merely has "compile" in its name ("llama_compile_step") is not it.
 COMPILE_WORK = re.compile(
-    r"compile_inner|CompileFx|inductor_compile|Dynamo.*compile|_compile", re.IGNORECASE
+    r"^(_compile\.compile_inner|compile_inner|compile_fx_inner|CompileFx|inductor_compile|"
+    r"OutputGraph\.call_user_compiler|create_aot_dispatcher_function)"
 )
 
 
@@ -142,10 +145,12 @@ def _allocator(trace: Trace) -> Finding | None:
 
 
 def _bound(trace: Trace) -> Finding | None:
-    """The verdict from the GPU's busy time (union over streams) against the step's wall."""
+    """The verdict from each step's GPU window (analyses.idle): the share of it the GPU spent
+    waiting for the host's launches. A GPU that lags the host is busy its whole window,
+    whatever the CPU's step takes; one that starves waits on the host most of it."""
     if not trace.steps:
         return None
-    cpu = step_wall(trace)
+    cpu = cpu_time(trace)
     unit = "in the window" if trace.unit == "window" else "per step"
     if not trace.gpu_all:
         where = f"{trace.device}: " if trace.device else ""
@@ -154,28 +159,30 @@ def _bound(trace: Trace) -> Finding | None:
             f"{'CPU-only trace' if trace.device is None else where + 'no GPU events recorded'}"
             f": {cpu:.0f} us of CPU time {unit}, no GPU side",
         )
-    rows = [breakdown.step(s) for s in trace.steps]
-    gpu = statistics.median(r["gpu_busy_us"] for r in rows)
-    waits = statistics.median(idle.split(s)["host_wait_us"] for s in trace.steps)
-    if gpu < 0.2 * cpu:
+    parts = idle.split(trace)
+    window = statistics.median(p["window_us"] for p in parts)
+    busy = statistics.median(p["busy_us"] for p in parts)
+    waits = statistics.median(p["host_wait_us"] for p in parts)
+    share = waits / window if window else 0.0
+    seen = (f"the GPU is busy {busy:.0f} us of its {window:.0f} us window {unit} and waits "
+            f"for the host's launches {waits:.0f} us of it ({share:.0%}); the CPU's step takes "
+            f"{cpu:.0f} us")  # fmt: skip
+    if share >= 0.5:
         return Finding(
             "bound",
-            f"overhead-bound: the GPU is busy {gpu:.1f} us {unit} (union of its work) of "
-            f"{cpu:.0f} us; it mostly waits for launches",
+            f"overhead-bound: {seen}: the GPU mostly waits for launches",
             us=waits,
             next="fewer, larger launches: torch.compile, CUDA graphs, larger batches",
         )
-    if gpu >= 0.8 * cpu:
+    if share <= 0.1:
         return Finding(
             "bound",
-            f"GPU-bound: the GPU is busy {gpu:.0f} us {unit} (union of its work) of "
-            f"{cpu:.0f} us of CPU time; the launches keep ahead of the GPU",
+            f"GPU-bound: {seen}: the launches keep ahead of the GPU",
             next="the top kernels and classes below are where the time goes",
         )
     return Finding(
         "bound",
-        f"balanced: the GPU is busy {gpu:.0f} us {unit} (union of its work) of {cpu:.0f} us "
-        "of CPU time (which the profiler inflates); larger shapes tip it GPU-bound",
+        f"balanced: {seen} (the profiler inflates the CPU's part); larger shapes tip it GPU-bound",
         us=waits,
     )
 
@@ -196,10 +203,25 @@ def _syncs(trace: Trace) -> Finding | None:
         f"{what} x{r['count'] / n:g} ({r['us'] / n:.0f} us, in {r['by']})"
         for what, r in sorted(rows.items(), key=lambda kv: -kv[1]["us"])
     )
+    # What a sync costs is the GPU idling after it while the host queues work again: at most
+    # the GPU's host wait, nothing where the GPU never waits (the host blocked on a GPU that
+    # stays busy: a GPU-bound loop throttling its host).
+    waits = (
+        statistics.median(p["host_wait_us"] for p in idle.split(trace)) if trace.gpu_all else total
+    )
+    stake = min(total, waits)
+    if trace.gpu_all and stake < 0.01 * total:
+        return Finding(
+            "sync",
+            f"the host waits for the GPU {total:.0f} us per step ({parts}) while the GPU stays "
+            "busy: the loop is GPU-bound and the sync only throttles the host, at no cost",
+            us=stake,
+        )
     return Finding(
         "sync",
-        f"the host stops for the GPU {total:.0f} us per step: {parts}",
-        us=total,
+        f"the host stops for the GPU {total:.0f} us per step ({parts}); the GPU then waits "
+        f"for new launches up to {waits:.0f} us per step",
+        us=stake,
         next="keep values on the GPU (no .item()/.cpu() inside the step), pin host memory "
         "(pin_memory=True) and copy with non_blocking=True",
     )

@@ -63,7 +63,6 @@ def _header(trace: Trace) -> str:
 def summary_lines(reading: Reading) -> list[str]:
     trace, data = reading.trace, reading.summary
     unit = "step" if trace.unit == "step" else "window"
-    wall = data["wall_us"]["median"] or 0.0
     lines = [_header(trace)]
     lines.append(
         f"per {unit} (median [min - max] over {data['steps']} {unit}s):"
@@ -82,7 +81,10 @@ def summary_lines(reading: Reading) -> list[str]:
     row("wall (CPU)", data["wall_us"])
     if trace.on_gpu:
         busy = data["gpu_busy_us"]["median"] or 0.0
-        share = f" = {100 * busy / wall:.0f}% of wall" if wall else ""
+        parts = data["idle_us"]
+        window = parts["window_us"]["median"] or 0.0
+        inside = parts["busy_us"]["median"] or 0.0
+        share = f" = {100 * inside / window:.0f}% of its GPU window" if window else ""
         row("GPU busy", data["gpu_busy_us"], f"{share} (union over streams)")
         summed = data["gpu_sum_us"]["median"] or 0.0
         if summed > 1.01 * busy:
@@ -90,7 +92,10 @@ def summary_lines(reading: Reading) -> list[str]:
                 f"  {'':<14} (kernel durations add up to {duration(summed)}: "
                 f"{summed / busy:.2f}x, streams overlap)"
             )
-        parts = data["idle_us"]
+        lines.append(
+            f"  {'GPU window':<14} {duration(window)}: from where the GPU is free for the "
+            f"{unit} to where it is free for the next"
+        )
         lines.append(
             f"  {'GPU idle':<14} waiting on the host {duration(parts['host_wait_us']['median'])}"
             f", between kernels {duration(parts['kernel_wait_us']['median'])}"
@@ -99,7 +104,7 @@ def summary_lines(reading: Reading) -> list[str]:
         lines.append(f"  {'kernels':<14} {data['kernels_per_step']['median']:g} per {unit}")
         lines.append("time by class (union per class; classes on several streams overlap):")
         for g, us in sorted(data["by_class_us"].items(), key=lambda kv: -kv[1]):
-            pct = f"{100 * us / wall:5.1f}% of wall" if wall else ""
+            pct = f"{100 * us / busy:5.1f}% of GPU busy" if busy else ""
             lines.append(f"  {g:<22} {duration(us):>10}  {pct}")
         if data["top_kernels"]:
             lines.append("top kernels (all steps, names grouped):   total     %  count     mean")

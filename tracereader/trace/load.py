@@ -99,6 +99,7 @@ META_KEYS = frozenset(
     }
 )
 CPU_ARGS = ("Input Dims", "Input type")  # what compare reads; strides and values are dropped
+CAST_OPS = frozenset({"aten::_to_copy", "aten::to"})  # these also keep the dtype they cast to
 # What torch records about a collective, on its NCCL kernel (2.1 and later) and on the
 # record_param_comms op that issued it.
 COLLECTIVE_ARGS = (
@@ -467,7 +468,10 @@ class _Events:
             if ops is None:
                 ops = self.ops[thread] = []
             if "Input Dims" in args or "Input type" in args or "Collective name" in args:
-                ops.append(CpuOp(name, ts, dur, self._cpu_args(args)))
+                kept = self._cpu_args(args)
+                if name in CAST_OPS:  # the dtype cast to: record_shapes' second concrete input
+                    kept = self._with_target(kept, args.get("Concrete Inputs"))
+                ops.append(CpuOp(name, ts, dur, kept))
             else:
                 ops.append(CpuOp(name, ts, dur))
 
@@ -483,6 +487,16 @@ class _Events:
         found = self._by_text.get(text)
         if found is None:
             found = self._by_text[text] = self._checked_args(dims, types)
+        return found
+
+    def _with_target(self, kept, concrete):
+        target = concrete[1] if type(concrete) is list and len(concrete) > 1 else None
+        if type(target) is not str or not target.isdigit():
+            return kept
+        key = (id(kept), target)
+        found = self._args.get(key)
+        if found is None:
+            found = self._args[key] = MappingProxyType({**kept, "Cast to": target})
         return found
 
     def _checked_args(self, dims, types):
