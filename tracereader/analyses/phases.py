@@ -74,8 +74,9 @@ def step(s: Step) -> list[dict]:
         phase = _phase(m.name)
         order[phase] = min(order.get(phase, m.ts), m.ts)
         (main if id(m) in mains else other).setdefault(phase, []).append((m.ts, m.end))
-    cpu = {p: intervals.union(spans) for p, spans in main.items()}
-    left = intervals.subtract([(s.ts, s.end)], intervals.union(v for u in cpu.values() for v in u))
+    whole = [(s.ts, s.end)]
+    cpu = {p: intervals.intersect(intervals.union(spans), whole) for p, spans in main.items()}
+    left = intervals.subtract(whole, intervals.union(v for u in cpu.values() for v in u))
     for phase, spans in sorted(other.items(), key=lambda kv: order[kv[0]]):
         taken = intervals.intersect(left, intervals.union(spans))
         if taken:
