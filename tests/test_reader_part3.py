@@ -306,9 +306,9 @@ def test_explain_shows_each_kernels_footprint_text_and_json(capsys):
     assert (
         out[at + 1].split()
         == (
-            "grid 2x66, block 384, 168 regs/thread, 208.2 KB shared, 1 blocks/SM, 12 warps/SM, "
-            "est. occupancy 0% | footprint: 1 block/SM (registers and shared memory), 12/64 "
-            "warps = 19%, 19% with this grid"
+            "grid 2x66, block 384, 168 regs/thread, 208.2 KB shared, grid over all waves: 1 "
+            "blocks, 12 warps per SM, est. occupancy 0% | footprint: 1 block/SM (registers and "
+            "shared memory), 12/64 warps = 19%, 19% with this grid"
         ).split()
     )
     assert explain.main([str(NVJET), "--json"]) == 0
@@ -559,7 +559,7 @@ def test_explain_reads_an_attention_trace_with_footprints(capsys):
     out = capsys.readouterr().out
     assert "(FlashAttention-2 (vendored in PyTorch))" in out
     assert (
-        "grid 8x8x16, block 128, 255 regs/thread, 48 KB shared, 7.76 blocks/SM, 31 warps/SM, "
+        "grid 8x8x16, block 128, 255 regs/thread, 48 KB shared, grid over all waves: 7.76 blocks, 31 warps per SM, "
         "est. occupancy 13% | footprint: 2 blocks/SM (registers), 8/64 warps = 13%, 13% with "
         "this grid"
     ) in out

@@ -214,3 +214,51 @@ def test_bf16_inference_shows_no_upcast():
         found = [f for f in findings.read(load(path), everything=True) if f.topic == "precision"]
         assert not [f for f in found if "aten::_to_copy" in f.message]
         assert all(f.pct < 1 for f in found)
+
+
+@pytest.mark.parametrize("path", ALL, ids=IDS)
+def test_the_summary_and_the_findings_fit_160_columns(path):
+    """Lists of names (kernels, CPU ops gone) once made lines of 1,783 characters."""
+    trace = _load(path)
+    if trace is None or not trace.steps:
+        pytest.skip("nothing read")
+    reading = read(trace)
+    screen = text(reading, kernels=False, ops=False)
+    listing = _listing_start(screen)
+    assert all(len(line) <= 160 for line in screen.splitlines()[:listing])
+
+
+def _listing_start(screen: str) -> int:
+    lines = screen.splitlines()
+    head = next((i for i, line in enumerate(lines) if line.startswith("findings:")), len(lines))
+    return next(
+        (i for i in range(head + 1, len(lines)) if not lines[i].startswith(" ")), len(lines)
+    )
+
+
+def test_compare_lists_fit_160_columns():
+    a, b = load(LAG_COMPILE), load(LAG_GRAPHS)
+    from tracereader.render.compare import text as compare_text
+
+    screen = compare_text(diff.compare(a, b))
+    assert max(len(line) for line in screen.splitlines()) <= 160
+    assert "triton_poi_fused__unsafe_view_mul_silu_7 x8" in screen.replace("\n", " ")
+
+
+@pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
+def test_a_closing_sync_that_drains_the_queue_is_the_gpus_time_not_the_profilers():
+    """HTA's negative_queue trace: 880 kernels of the last step run during the 158 ms sync
+    after it, the last ending just before it returns, with the GPU busy only 36% of it."""
+    found = findings.read(load(EXTERNAL_TRACES / "hta/negative_queue_rank0.json.gz"))
+    (sync,) = [f for f in found if f.topic == "profiler"]
+    assert "880 GPU operations" in sync.message and "not the profiler's" in sync.message
+
+
+@pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
+def test_first_calls_read_as_warm_up_not_overhead():
+    """kineto's resnet50_autograd_w0: no steps, the first calls (cuDNN timing its algorithms,
+    the allocator growing): the advice is to profile after warm-up, not torch.compile."""
+    trace = load(EXTERNAL_TRACES / "kineto/resnet50_autograd_w0.pt.trace.json.gz")
+    (bound,) = [f for f in findings.read(trace) if f.topic == "bound"]
+    assert bound.message.startswith("warm-up") and "cuDNN autotuning" in bound.message
+    assert "schedule(" in bound.next and "torch.compile" not in bound.next

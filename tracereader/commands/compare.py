@@ -26,8 +26,9 @@ and changed by grouped name (per-step totals), CPU ops whose count or time chang
 TraceDiff), nn.Modules (by path) whose GPU time (CPU time on CPU traces) changed, where both
 traces carry module events (with_stack=True), and a verdict in one line.
 
-A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
-and exit code 2.
+A trace without ProfilerStep is read as one window, as explain reads it. A file that is not a
+usable trace (unreadable, not JSON, no event the reader uses) is one line on stderr and exit
+code 2.
 """
 
 from __future__ import annotations

@@ -10,9 +10,7 @@ from tracereader.analyses import breakdown, collectives, idle, syncs, variation
 from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_text
 from tracereader.names.kernel_names import label
 from tracereader.trace import intervals
-from tracereader.trace.model import (
-    Trace,
-)
+from tracereader.trace.model import Trace, ancestors
 
 # torch's own compile work (Dynamo's and Inductor's timed phases), anchored and case-sensitive:
 # a user's annotation that merely has "compile" in its name ("llama_compile_step") is not it.
@@ -164,6 +162,18 @@ def _bound(trace: Trace) -> Finding | None:
     busy = statistics.median(p["busy_us"] for p in parts)
     waits = statistics.median(p["host_wait_us"] for p in parts)
     share = waits / window if window else 0.0
+    warm = _warm_up(trace)
+    if share >= 0.5 and sum(warm.values()) >= 0.25 * waits:
+        what = ", ".join(f"{name} {us / 1e3:.0f} ms" for name, us in warm.items() if us)
+        return Finding(
+            "bound",
+            f"warm-up, not steady state: the GPU waits for the host {waits:.0f} us of its "
+            f"{window:.0f} us window {unit}, and first-call work fills the host's time "
+            f"({what}): these are first calls, not the loop's cost",
+            us=waits,
+            next="profile after warm-up: schedule(wait=1, warmup=1, active=2) with prof.step() "
+            "per iteration, and keep the first iterations out of the recording",
+        )
     seen = (f"the GPU is busy {busy:.0f} us of its {window:.0f} us window {unit} and waits "
             f"for the host's launches {waits:.0f} us of it ({share:.0%}); the CPU's step takes "
             f"{cpu:.0f} us")  # fmt: skip
@@ -185,6 +195,30 @@ def _bound(trace: Trace) -> Finding | None:
         f"balanced: {seen} (the profiler inflates the CPU's part); larger shapes tip it GPU-bound",
         us=waits,
     )
+
+
+AUTOTUNE_SYNCS = frozenset({"cudaEventSynchronize", "cudaStreamSynchronize"})
+MODULE_LOADS = re.compile(r"^(cuModuleLoad|cuLibraryLoad|cudaGetDeviceProperties)")
+
+
+def _warm_up(trace: Trace) -> dict[str, float]:
+    """First-call work inside the recorded steps, per step (median): the allocator growing,
+    cuDNN timing its algorithms (syncs inside a convolution op: benchmark mode), kernels and
+    libraries loaded."""
+    rows = []
+    for step in trace.steps:
+        row = {"allocator growth": 0.0, "cuDNN autotuning": 0.0, "module loading": 0.0}
+        for call in step.runtime:
+            if call.name in ALLOCATOR_CALLS:
+                row["allocator growth"] += call.dur
+            elif MODULE_LOADS.match(call.name):
+                row["module loading"] += call.dur
+            elif call.name in AUTOTUNE_SYNCS and any(
+                "cudnn" in op.name for op in ancestors(call.launcher)
+            ):
+                row["cuDNN autotuning"] += call.dur
+        rows.append(row)
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]} if rows else {}
 
 
 def _syncs(trace: Trace) -> Finding | None:
@@ -315,18 +349,24 @@ def _end_sync(trace: Trace) -> Finding | None:
     if not (syncs_after and trace.steps and syncs_after[-1].ts >= trace.steps[-1].ts):
         return None
     sync = syncs_after[-1]
-    during = intervals.union(
-        (max(i.ts, sync.ts), min(i.ts + i.dur, sync.ts + sync.dur))
-        for i in trace.gpu_all
-        if i.ts < sync.ts + sync.dur and i.ts + i.dur > sync.ts
-    )
+    end = sync.ts + sync.dur
+    # GPU work launched before the sync and still running during it: the queue draining
+    queued = [
+        i for i in trace.gpu_all
+        if i.call is not None and i.call.ts < sync.ts and i.ts < end and i.ts + i.dur > sync.ts
+    ]  # fmt: skip
+    during = intervals.union((max(i.ts, sync.ts), min(i.ts + i.dur, end)) for i in queued)
     drained = intervals.length(during)
-    if sync.dur > 0 and drained >= 0.5 * sync.dur:
+    last = max((i.ts + i.dur for i in queued), default=None)
+    # It waited for that work if the work ran until (nearly) the sync returned: the GPU's
+    # queue can drain with gaps (NCCL waits, copies), so its busy share is no test.
+    if sync.dur > 0 and last is not None and end - last <= max(50.0, 0.01 * sync.dur):
         return Finding(
             "profiler",
-            f"cudaDeviceSynchronize after the last step ({sync.dur:.0f} us) waits for GPU work "
-            f"still queued ({drained:.0f} us of it runs meanwhile): the last steps' kernels, "
-            "the GPU's time, not the profiler's",
+            f"cudaDeviceSynchronize after the last step ({sync.dur:.0f} us) waits for the GPU to "
+            f"finish work still queued ({len(queued)} GPU operations, busy {drained:.0f} us of "
+            "it, the last ending just before it returns): the last steps' GPU time, not the "
+            "profiler's",
         )
     return Finding(
         "profiler",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tracereader.names.kernel_names import labels
+from tracereader.render.lines import fit
 from tracereader.units import duration
 
 TOP_CHANGES = 12
@@ -90,7 +91,7 @@ def text(result: dict) -> str:
     if result["gpu_identical"] is not None:
         g = result["gpu_us_per_step"]
         lines.append(f"GPU time per step, durations summed: A {g['a']:.1f} us, B {g['b']:.1f} us")
-    return "\n".join(lines)
+    return fit(lines)
 
 
 def _scale_text(result: dict) -> list[str]:

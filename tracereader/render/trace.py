@@ -26,6 +26,7 @@ from tracereader.judge.finding import SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_classes import group
 from tracereader.reading import Reading
+from tracereader.render.lines import fit
 from tracereader.trace.model import Step, Trace, silent_ops
 from tracereader.units import duration
 
@@ -297,14 +298,14 @@ def text(
         unit = "step" if trace.unit == "step" else "window"
         lines += module_tree_lines(data["modules"], unit, trace.on_gpu, max_ops)
     listed = _listing(reading, all_steps, max_ops, kernels, ops, step)
-    if listed:
-        lines += listed
-    elif trace.steps:
+    if not listed and trace.steps:
         lines.append(
             "per-kernel listing: --kernels (GPU work), --ops (CPU dispatch chain), --step N "
             "(which step, 0 = first), --all-steps"
         )
-    return "\n".join(lines)
+    # the summary and the findings fit the screen; the listing's rows are a table of their
+    # own (one kernel a row, its names cut to NAME_WIDTH), read with a pager
+    return "\n".join(filter(None, (fit(lines), "\n".join(listed))))
 
 
 def _listing(reading: Reading, all_steps, max_ops, kernels, ops, step) -> list[str]:
