@@ -559,7 +559,8 @@ def test_explain_reads_an_attention_trace_with_footprints(capsys):
     out = capsys.readouterr().out
     assert "(FlashAttention-2 (vendored in PyTorch))" in out
     assert (
-        "grid 8x8x16, block 128, 255 regs/thread, 48 KB shared, grid over all waves: 7.76 blocks, 31 warps per SM, "
+        "grid 8x8x16, block 128, 255 regs/thread, 48 KB shared, grid over all waves: 7.76 "
+        "blocks, 31 warps per SM, "
         "est. occupancy 13% | footprint: 2 blocks/SM (registers), 8/64 warps = 13%, 13% with "
         "this grid"
     ) in out
