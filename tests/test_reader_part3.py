@@ -459,7 +459,14 @@ H100_04C = f"h100/04_c_sdpa_attention/{SHAPE}_eager"
     [
         ("copy from clone", {f"h100/04_a_naive_attention/{SHAPE}_eager.json.gz"}),
         ("mask", {f"{H100_04C}_math.json.gz"}),
-        ("precision", {f"{H100_04C}_math.json.gz"}),
+        (
+            "precision",
+            {
+                f"{H100_04C}_math.json.gz",
+                # fp32 GEMMs beside bf16 ones: the experts' weights that autocast missed
+                "h200/models/mixtral_train_l4_h1024_e8k2_b4_s1024_bf16.json.gz",
+            },
+        ),
         (
             "split-K",
             {

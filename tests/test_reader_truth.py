@@ -262,3 +262,47 @@ def test_first_calls_read_as_warm_up_not_overhead():
     (bound,) = [f for f in findings.read(trace) if f.topic == "bound"]
     assert bound.message.startswith("warm-up") and "cuDNN autotuning" in bound.message
     assert "schedule(" in bound.next and "torch.compile" not in bound.next
+
+
+GPT2 = MODELS / "gpt2_infer_l12_h768_b8_s1024_bf16_v50257.json.gz"
+GPT2_PADDED = MODELS / "gpt2_infer_l12_h768_b8_s1024_bf16_v50304.json.gz"
+MIXTRAL = MODELS / "mixtral_train_l4_h1024_e8k2_b4_s1024_bf16.json.gz"
+
+
+def test_an_unaligned_vocabulary_is_named_with_its_fix_and_the_fix_holds():
+    """GPT-2's LM head, N = 50257 (no multiple of 8), on an H200: cuBLAS's unaligned sm75
+    kernel at a fraction of the step's GEMM rate, the largest finding after the bound; padded
+    to 50304 the finding is gone and the head's GEMM is several times faster (both recorded)."""
+    found = findings.read(load(GPT2))
+    (shape,) = [f for f in found if f.topic == "gemm shape"]
+    assert "N = 50257" in shape.message and "align1" in shape.message
+    assert "50304" in shape.next
+    timed = [f for f in found if f.us is not None and f.topic != "bound"]
+    assert max(timed, key=lambda f: f.us) is shape
+    assert not [f for f in findings.read(load(GPT2_PADDED)) if f.topic == "gemm shape"]
+
+    def head(path):
+        step = load(path).steps[-1]
+        return max(i.dur for i in step.gpu if i.klass.cls == "gemm")
+
+    assert head(GPT2) > 5 * head(GPT2_PADDED)
+
+
+def test_float32_gemms_in_a_mixed_precision_step_are_pointed_out():
+    """A small Mixtral training step under autocast: the experts' GEMMs run in fp32 on CUDA
+    cores beside bf16 ones."""
+    (precision,) = [f for f in findings.read(load(MIXTRAL)) if f.topic == "precision"]
+    assert "float32 GEMMs per step run on CUDA cores beside" in precision.message
+    assert precision.us > 10_000  # tens of ms at stake per step
+
+
+def test_the_optimizers_share_and_autocasts_weight_casts_are_pointed_out():
+    found = {f.topic: f for f in findings.read(load(WRAPPED))}
+    assert found["optimizer"].message.startswith("the optimizer (foreach) takes")
+    assert "fused=True" in found["optimizer"].next
+    assert "fp32 weights to 16 bits every step" in found["autocast"].message
+
+
+def test_one_ranks_bandwidth_is_said_to_hold_its_wait():
+    rank = next((FIXTURES / "h200x2/05_tp_mlp").glob("*_tp2_eager_rank0.json.gz"))
+    assert "holds its wait for the other ranks" in text(read(load(rank))).replace("\n    ", " ")

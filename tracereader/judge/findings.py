@@ -17,7 +17,7 @@ question asks about every op against every other.
 
 from __future__ import annotations
 
-from tracereader.judge import kernel_findings, step_findings
+from tracereader.judge import kernel_findings, model_findings, step_findings
 from tracereader.judge.finding import Finding, step_time
 from tracereader.trace.model import (
     Trace,
@@ -56,7 +56,12 @@ def ranked(trace: Trace) -> tuple[list[Finding], list[Finding]]:
 
 
 def _all(trace: Trace) -> list[Finding | None]:
-    return [*step_findings.first(trace), *kernel_findings.found(trace), *step_findings.last(trace)]
+    return [
+        *step_findings.first(trace),
+        *kernel_findings.found(trace),
+        *model_findings.found(trace),
+        *step_findings.last(trace),
+    ]
 
 
 # --- what attention's traces show (Part 3) --------------------------------------------------

@@ -162,6 +162,12 @@ def summary_lines(reading: Reading) -> list[str]:
                 f"  {k['kind']:<15} {k['per_step']:g} per {unit}, median "
                 f"{duration(k['median_us'])}{size}{bus}{group}"
             )
+        if any(k["median_bus_GBps"] for k in coll["by_kind"]):
+            lines.append(
+                "  (one rank's view: an NCCL kernel's time holds its wait for the other ranks, "
+                "so these bandwidths are lower bounds; `explain` on the folder of every "
+                "rank's trace times each collective from the last rank to arrive)"
+            )
     return lines
 
 
