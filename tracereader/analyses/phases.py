@@ -11,6 +11,7 @@ forward when a backward exists, else "other". Per phase: its share of the step's
 
 from __future__ import annotations
 
+import functools
 import re
 
 from tracereader.trace import intervals
@@ -31,6 +32,7 @@ _PHASES = (
 )
 
 
+@functools.lru_cache(maxsize=4096)  # names repeat: every op's ancestors are asked each time
 def _phase(name: str) -> str | None:
     for phase, pattern in _PHASES:
         if pattern.search(name):
@@ -60,11 +62,53 @@ def step(s: Step) -> list[dict]:
     starts (where a backward exists), "other" after it or without one. GPU: each kernel
     belongs to the phase of the op that launched it (by correlation), never to a phase merely
     running when it ran; union per phase."""
+    split = _split(s)
+    if split is None:
+        return []
+    cpu, order, marker_of, default, backward = split
+    gpu: dict[str, list] = {}
+    for item in s.gpu:
+        m = marker_of.get(id(item.launcher)) if item.launcher is not None else None
+        if m is None and item.launcher is not None:
+            m = _marker(item.launcher)
+        if m is not None:
+            phase = _phase(m.name)
+        else:  # launched outside every phase op: the phase its launch falls in on the CPU
+            at = item.call.ts if item.call is not None else item.ts
+            phase = default if backward is None or at < backward else "other"
+        gpu.setdefault(phase, []).append((item.ts, item.ts + item.dur))
+        order.setdefault(phase, item.ts)
+    return [
+        {
+            "phase": phase,
+            "cpu_us": intervals.length(cpu.get(phase, [])),
+            "gpu_us": intervals.length(intervals.union(gpu.get(phase, []))),
+        }
+        for phase in sorted(order, key=lambda p: (p == "other", order[p]))
+    ]
+
+
+def spans(s: Step) -> list[tuple[str, float, float]]:
+    """The step's CPU time as step() splits it among the phases: (phase, start, end) in time
+    order, tiling the step; [] when the step shows no phase but the default one."""
+    split = _split(s)
+    if split is None:
+        return []
+    return sorted(((p, a, b) for p, parts in split[0].items() for a, b in parts), key=_start)
+
+
+def _start(span: tuple) -> float:
+    return span[1]
+
+
+def _split(s: Step) -> tuple | None:
+    """step()'s CPU split: (phase -> intervals, each phase's first time, each op's outermost
+    phase op by id, the default phase, the backward's start); None without a phase op."""
     ops = (*s.cpu_ops, *s.other_ops)
     marker_of = {id(op): _marker(op) for op in ops}
     outermost = {id(m): m for m in marker_of.values() if m is not None}.values()
     if not outermost:
-        return []
+        return None
     default = "forward" if any(_phase(m.name) == "backward" for m in outermost) else "other"
     order: dict[str, float] = {}
     main: dict[str, list] = {}
@@ -91,23 +135,4 @@ def step(s: Step) -> list[dict]:
         if part:
             cpu[phase] = intervals.union([*cpu.get(phase, []), *part])
             order.setdefault(phase, part[0][0])
-    gpu: dict[str, list] = {}
-    for item in s.gpu:
-        m = marker_of.get(id(item.launcher)) if item.launcher is not None else None
-        if m is None and item.launcher is not None:
-            m = _marker(item.launcher)
-        if m is not None:
-            phase = _phase(m.name)
-        else:  # launched outside every phase op: the phase its launch falls in on the CPU
-            at = item.call.ts if item.call is not None else item.ts
-            phase = default if backward is None or at < backward else "other"
-        gpu.setdefault(phase, []).append((item.ts, item.ts + item.dur))
-        order.setdefault(phase, item.ts)
-    return [
-        {
-            "phase": phase,
-            "cpu_us": intervals.length(cpu.get(phase, [])),
-            "gpu_us": intervals.length(intervals.union(gpu.get(phase, []))),
-        }
-        for phase in sorted(order, key=lambda p: (p == "other", order[p]))
-    ]
+    return cpu, order, marker_of, default, backward

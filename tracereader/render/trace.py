@@ -473,11 +473,12 @@ def dump_json(data, out: TextIOBase) -> None:
 _MARK = "\x00steps\x00"
 
 
-def write_json(reading: Reading, out: TextIOBase) -> None:
+def write_json(reading: Reading, out: TextIOBase, **extra) -> None:
     """document([trace_dict(trace)]) as `dump_json` writes it, one step at a time: the dicts
-    of a trace of a million events would take more memory than the trace itself."""
+    of a trace of a million events would take more memory than the trace itself. `extra`:
+    added keys of the trace (`memory`, for explain --memory)."""
     trace = reading.trace
-    head = trace_dict(reading, with_steps=False)
+    head = {**trace_dict(reading, with_steps=False), **extra}
     head["steps"] = _MARK
     text = json.dumps(document([head]), indent=2, allow_nan=False)
     before, after = text.split(json.dumps(_MARK))
