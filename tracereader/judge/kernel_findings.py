@@ -7,6 +7,7 @@ import math
 import statistics
 
 from tracereader.analyses import breakdown
+from tracereader.analyses.casts import cast
 from tracereader.judge.finding import SHOWN_KERNELS, SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
@@ -17,7 +18,6 @@ from tracereader.trace.model import (
     Step,
     Trace,
     ancestors,
-    cast,
     input_dtype,
     launched_below,
     subtree,

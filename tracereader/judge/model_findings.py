@@ -17,9 +17,10 @@ import statistics
 from collections import defaultdict
 
 from tracereader.analyses import breakdown, gemms, phases
+from tracereader.analyses.casts import cast
 from tracereader.judge.finding import Finding
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
-from tracereader.trace.model import Step, Trace, ancestors, cast, input_dtype, subtree
+from tracereader.trace.model import Step, Trace, ancestors, input_dtype, subtree
 
 SLOW = 0.5  # a GEMM below this share of the step's best aligned rate is on a slow path
 # 06_train_step.py on an H100 (docs/observations.md): AdamW's GPU time over the same 31 fp32

@@ -20,7 +20,6 @@ device's name comes from `deviceProperties` when it is there.
 from __future__ import annotations
 
 import functools
-import math
 import weakref
 from bisect import bisect_right
 from collections import Counter
@@ -555,21 +554,6 @@ ELEMENT_BYTES = {
     **{name: 1 for name in ("c10::Float8_e4m3fn", "Float8_e4m3fn", "Float8_e5m2", "bool", "Bool")},
     **{name: 1 for name in ("unsigned char", "Byte", "signed char", "Char")},
 }
-
-
-# torch's ScalarType codes, as record_shapes writes a dtype argument ("Concrete Inputs").
-SCALAR_TYPES = {"5": "fp16", "6": "fp32", "7": "fp64", "15": "bf16"}
-
-
-def cast(op: CpuOp) -> tuple[str | None, str | None, int | None]:
-    """An `aten::_to_copy` / `aten::to` op's (from, to, elements), each None where the trace
-    does not say (no record_shapes, a cast that only moves devices)."""
-    types = op.args.get("Input type") or ()
-    dims = op.args.get("Input Dims") or ()
-    source = DTYPES.get(types[0]) if types else None
-    target = SCALAR_TYPES.get(op.args.get("Cast to", ""))
-    elements = math.prod(dims[0]) if dims and isinstance(dims[0], tuple) else None
-    return source, target, elements
 
 
 def input_dtype(step: Step) -> str | None:
