@@ -306,3 +306,53 @@ def test_the_optimizers_share_and_autocasts_weight_casts_are_pointed_out():
 def test_one_ranks_bandwidth_is_said_to_hold_its_wait():
     rank = next((FIXTURES / "h200x2/05_tp_mlp").glob("*_tp2_eager_rank0.json.gz"))
     assert "holds its wait for the other ranks" in text(read(load(rank))).replace("\n    ", " ")
+
+
+def _pairs() -> list[tuple[Path, Path]]:
+    """Every two traces of one lesson folder (or the model recordings) on one device."""
+    out = []
+    for folder in sorted({p.parent for p in FIXTURES.rglob("*.json.gz")}):
+        files = sorted(folder.glob("*.json.gz"))[:6]
+        out += [(a, b) for i, a in enumerate(files) for b in files[i + 1 :]]
+    return out
+
+
+def test_byte_estimates_are_lower_bounds_per_kind_of_kernel():
+    """compare's HBM estimates over every pair of fixtures of one folder and device: none
+    counted above what the device's datasheet bandwidth moves in the kernel's time; the few
+    kernels that touch more than that (their inputs still in L2, just written) have their
+    estimate withdrawn and are said so; and no embedding, gather or reduction is among them
+    (before: a gather charged the whole table, a mean an input-sized output: 9-39% over)."""
+    estimated = withdrawn = 0
+    for a, b in _pairs():
+        ta, tb = _load(a), _load(b)
+        if ta is None or tb is None or ta.device != tb.device or not ta.steps or not tb.steps:
+            continue
+        result = diff.compare(ta, tb)
+        for e in (*result["only_in_a"], *result["only_in_b"]):
+            if e["bytes"] is not None and e["bytes_cap"] is not None:
+                assert e["bytes"] <= e["bytes_cap"]
+            if e["bytes_touched"] is not None and e["bytes_cap"] is not None:
+                estimated += 1
+                withdrawn += e["capped"]
+                if e["capped"]:
+                    op = e["launched_by"].removeprefix("aten::")
+                    assert not diff.GATHERS.match(op) and not diff.REDUCTIONS.match(op), e
+    assert estimated > 100 and withdrawn <= 0.1 * estimated, (withdrawn, estimated)
+
+
+def test_without_a_known_device_each_estimate_says_its_cap_is_unknown(tmp_path):
+    """The same H100 pair with its device left unrecorded (no deviceProperties): no cap to
+    check against, and each estimate says so instead of standing unchecked."""
+    from tracereader.render.compare import text as compare_text
+
+    paths = []
+    for mode in ("eager", "compile"):
+        source = FIXTURES / f"h100/03_simple_mlp/b64_s128_d768_h3072_bf16_{mode}.json.gz"
+        events = json.loads(gzip.open(source).read())
+        events.pop("deviceProperties", None)
+        paths.append(tmp_path / f"{mode}.json")
+        paths[-1].write_text(json.dumps(events))
+    screen = compare_text(diff.compare(load(paths[0]), load(paths[1])))
+    rows = [line for line in screen.replace("\n    ", " ").splitlines() if "moves >=" in line]
+    assert rows and all("cap unknown" in line for line in rows)

@@ -6,6 +6,7 @@ the wall and GPU busy time, time by class, kernel groups, CPU ops and nn.Modules
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 
@@ -22,8 +23,34 @@ def _kernels(trace: Trace) -> list[GpuItem]:
     return [i for i in trace.steps[-1].gpu if i.kind != "memset"] if trace.steps else []
 
 
+# The ops whose kernel's traffic is estimated, by family (the launching op's name, minus
+# "aten::"); any other op's kernel is "unknown" and left out of the totals.
+REDUCTIONS = re.compile(r"^(sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|prod|"
+                        r"argmax|argmin|all|any|logsumexp|cumsum)(_|$)")  # fmt: skip
+GATHERS = re.compile(r"^(embedding|index_select|gather|index|take|embedding_dense_backward|"
+                     r"index_add|scatter|scatter_add)(_|$)")  # fmt: skip
+MATMULS = re.compile(r"^(mm|addmm|bmm|baddbmm|matmul|linear|addmm_|_scaled_mm)$")
+GATHERED = re.compile(r"embedding|index|gather|scatter")  # in a fused kernel's name
+POINTWISE = re.compile(
+    r"^(add|sub|mul|div|neg|exp|log|pow|sqrt|rsqrt|tanh|sigmoid|relu|gelu|silu|where|"
+    r"masked_fill|fill|copy|_to_copy|clone|abs|clamp|maximum|minimum|lt|gt|le|ge|eq|ne|"
+    r"bitwise_\w+|logical_\w+|gelu_backward|silu_backward|threshold_backward|"
+    r"_softmax|softmax|_log_softmax|_softmax_backward_data|_log_softmax_backward_data|"
+    r"native_layer_norm|native_layer_norm_backward|_fused_rms_norm|dropout|native_dropout|"
+    r"cat|stack|zeros_like|ones_like|cos|sin|reciprocal|sign|floor|ceil|round|erf|"
+    r"mul_|add_|addcmul_|addcdiv_|lerp_|_foreach_\w+)(_|$)"
+)
+
+
 def item_bytes(item: GpuItem) -> int | None:
-    """Minimum HBM traffic of an item (the module docstring says how), None where unknown."""
+    """Minimum HBM traffic of an item, None where unknown (the module docstring says how):
+    a copy its read and its write, a memset its write, a GEMM its operands and its product,
+    a hand-written Triton kernel's launch its arguments (outputs among them), an Inductor
+    kernel its inputs (and an output as large as the largest when pointwise), a pointwise op
+    its inputs and
+    an output as large as the largest, a reduction its inputs, an embedding its indices and
+    the rows it reads and writes; anything else unknown. Each a lower bound: what the kernel
+    cannot avoid moving."""
     if item.kind in ("memcpy", "memset"):
         size = item.args.get("bytes")
         if type(size) is not int or size < 0:
@@ -43,10 +70,29 @@ def item_bytes(item: GpuItem) -> int | None:
         return None
     sizes = [math.prod(shape) * elt for shape, elt in tensors]
     if item.klass.cls == "gemm":
+        if not MATMULS.match(item.launcher.name.removeprefix("aten::")):
+            return None  # a convolution's GEMM: its operands are not the op's tensors
         return _gemm_bytes([tuple(shape) for shape, _ in tensors], tensors[0][1], sum(sizes))
     if item.klass.cls == "triton" and item.launcher.name.startswith(item.name):
         return sum(sizes)  # compiled code's launch op: its arguments include the outputs
-    return sum(sizes) + max(sizes)
+    if item.klass.cls == "inductor":  # its launch op records the inputs only
+        if GATHERED.search(item.name):
+            return None  # it reads some rows of a table it is handed whole
+        pointwise = item.name.startswith("triton_poi")
+        return sum(sizes) + (max(sizes) if pointwise else 0)  # a reduction writes less
+    op = item.launcher.name.removeprefix("aten::")
+    if GATHERS.match(op):
+        if op.startswith("embedding") and not op.startswith("embedding_dense") and len(tensors) > 1:
+            (table, elt), (indices, index_elt) = tensors[0], tensors[1]
+            rows = math.prod(indices) * table[-1] * elt
+            return math.prod(indices) * index_elt + 2 * rows  # read the rows, write them out
+        return None
+    if REDUCTIONS.match(op):
+        return sum(sizes)  # every input read once; the output is smaller
+    if POINTWISE.match(op):
+        in_place = op.endswith("_") or op in ("copy", "copy_")  # its output is an input
+        return sum(sizes) + (0 if in_place else max(sizes))
+    return None
 
 
 def _gemm_bytes(shapes: list[tuple], elt: int, inputs: int) -> int | None:
@@ -92,6 +138,7 @@ def compare(a: Trace, b: Trace) -> dict:
                         "reading": item.klass.detail,
                         "launched_by": item.launched_by,
                         "us": avg_a.get(item.name) if items is ka else avg_b.get(item.name),
+                        "kernel_us": item.dur,  # this kernel's own: the cap's time
                         "bytes": item_bytes(item),
                         "joins_previous": item.klass.joins_previous,
                     }
@@ -140,13 +187,20 @@ def compare(a: Trace, b: Trace) -> dict:
 
 
 def _cap(extra: list[dict], trace: Trace) -> None:
-    """Cut each byte estimate to what the device could move in the kernel's time."""
+    """What the device could move in each kernel's time (its datasheet bandwidth x the time;
+    None on a device the table lacks). An estimate above it is no lower bound: it is
+    withdrawn (bytes None, `capped` True), never cut to the cap and counted."""
     sheet = datasheet(trace.device)
     for e in extra:
-        e["bytes_cap"] = sheet.bytes_per_s * e["us"] * 1e-6 if sheet and e["us"] else None
+        e["bytes_cap"] = (
+            sheet.bytes_per_s * e["kernel_us"] * 1e-6 if sheet and e["kernel_us"] else None
+        )
         e["capped"] = False
+        e["bytes_touched"] = e["bytes"]
         if e["bytes"] and e["bytes_cap"] is not None and e["bytes"] > e["bytes_cap"]:
-            e["bytes"], e["capped"] = int(e["bytes_cap"]), True
+            # faster than HBM: the data came from L2 (small tensors just written), so HBM
+            # saw less than the kernel touched
+            e["bytes"], e["capped"] = None, True
 
 
 def _per_step(trace: Trace, key) -> dict[str, float]:
