@@ -306,9 +306,9 @@ def test_explain_shows_each_kernels_footprint_text_and_json(capsys):
     assert (
         out[at + 1].split()
         == (
-            "grid 2x66, block 384, 168 regs/thread, 208.2 KB shared, 1 blocks/SM, 12 warps/SM, "
-            "est. occupancy 0% | footprint: 1 block/SM (registers and shared memory), 12/64 "
-            "warps = 19%, 19% with this grid"
+            "grid 2x66, block 384, 168 regs/thread, 208.2 KB shared, grid over all waves: 1 "
+            "blocks, 12 warps per SM, est. occupancy 0% | footprint: 1 block/SM (registers and "
+            "shared memory), 12/64 warps = 19%, 19% with this grid"
         ).split()
     )
     assert explain.main([str(NVJET), "--json"]) == 0
@@ -459,7 +459,14 @@ H100_04C = f"h100/04_c_sdpa_attention/{SHAPE}_eager"
     [
         ("copy from clone", {f"h100/04_a_naive_attention/{SHAPE}_eager.json.gz"}),
         ("mask", {f"{H100_04C}_math.json.gz"}),
-        ("precision", {f"{H100_04C}_math.json.gz"}),
+        (
+            "precision",
+            {
+                f"{H100_04C}_math.json.gz",
+                # fp32 GEMMs beside bf16 ones: the experts' weights that autocast missed
+                "h200/models/mixtral_train_l4_h1024_e8k2_b4_s1024_bf16.json.gz",
+            },
+        ),
         (
             "split-K",
             {
@@ -523,7 +530,7 @@ def test_findings_for_the_naive_lessons_in_words():
     assert math["precision"].message.startswith(
         "float32 inside a bf16 run: 2 GEMMs compute in fp32 on CUDA cores, no Tensor cores"
     )
-    assert "3 aten::_to_copy casts bf16 tensors" in math["precision"].message
+    assert "3 aten::_to_copy casts of bf16 tensors to float32" in math["precision"].message
     cudnn = {
         f.topic: f for f in findings.read(trace_reader.load(SDPA / f"{SHAPE}_eager_cudnn.json.gz"))
     }
@@ -559,7 +566,8 @@ def test_explain_reads_an_attention_trace_with_footprints(capsys):
     out = capsys.readouterr().out
     assert "(FlashAttention-2 (vendored in PyTorch))" in out
     assert (
-        "grid 8x8x16, block 128, 255 regs/thread, 48 KB shared, 7.76 blocks/SM, 31 warps/SM, "
+        "grid 8x8x16, block 128, 255 regs/thread, 48 KB shared, grid over all waves: 7.76 "
+        "blocks, 31 warps per SM, "
         "est. occupancy 13% | footprint: 2 blocks/SM (registers), 8/64 warps = 13%, 13% with "
         "this grid"
     ) in out

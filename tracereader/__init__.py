@@ -6,12 +6,13 @@ Its layers, each a folder or file, import only from the ones above them in this 
     names/      what a name or an event says: kernel classes and decoded kernel names, torch's
                 op names, a kernel's footprint and occupancy, datasheet peaks of devices
     trace/      a trace file into the trace model (load, model), time as unions (intervals),
-                the rank files of a run (runs)
+                the rank files of a run (runs), the allocator's events where asked (memory)
     analyses/   one module per analysis, each a pure function of the model and its arguments:
                 breakdown, idle, launches, syncs, phases, tops, variation, collectives,
                 modules, a rank's summary (ranks), across ranks (cross_ranks), two traces
-                (diff), the link as a curve (linkcurve), and the readings the lessons
-                print (training, sdpa, bench)
+                (diff), memory over time (memory), the link as a curve (linkcurve), GEMMs'
+                problems (gemms), casts (casts), and the readings the lessons print
+                (training, sdpa, bench)
     judge/      findings ranked by the time at stake; the lessons' declared expectations
     reading     one Reading per trace (a run: read_run), built once
     render/     text and JSON of a reading, of a diff, of a run: they format, compute nothing

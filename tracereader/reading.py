@@ -39,7 +39,10 @@ class Reading:
     def __init__(self, trace: Trace):
         self.trace = trace
         # each step's breakdown (wall, GPU busy, sum, by class) with its idle split
-        self.steps = [{**breakdown.step(s), "idle_us": idle.split(s)} for s in trace.steps]
+        self.steps = [
+            {**breakdown.step(s), "idle_us": parts}
+            for s, parts in zip(trace.steps, idle.split(trace), strict=True)
+        ]
         self.summary = _summary(trace, self.steps) if trace.steps else None
         self.window = breakdown.window(trace)
         self.steps_window = breakdown.steps_window(trace)

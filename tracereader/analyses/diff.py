@@ -6,10 +6,11 @@ the wall and GPU busy time, time by class, kernel groups, CPU ops and nn.Modules
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import Counter
 
-from tracereader.analyses import breakdown, tops
+from tracereader.analyses import breakdown, idle, tops
 from tracereader.names.devices import datasheet
 from tracereader.trace.load import GpuItem, Trace
 from tracereader.trace.model import ELEMENT_BYTES
@@ -22,8 +23,34 @@ def _kernels(trace: Trace) -> list[GpuItem]:
     return [i for i in trace.steps[-1].gpu if i.kind != "memset"] if trace.steps else []
 
 
+# The ops whose kernel's traffic is estimated, by family (the launching op's name, minus
+# "aten::"); any other op's kernel is "unknown" and left out of the totals.
+REDUCTIONS = re.compile(r"^(sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|prod|"
+                        r"argmax|argmin|all|any|logsumexp|cumsum)(_|$)")  # fmt: skip
+GATHERS = re.compile(r"^(embedding|index_select|gather|index|take|embedding_dense_backward|"
+                     r"index_add|scatter|scatter_add)(_|$)")  # fmt: skip
+MATMULS = re.compile(r"^(mm|addmm|bmm|baddbmm|matmul|linear|addmm_|_scaled_mm)$")
+GATHERED = re.compile(r"embedding|index|gather|scatter")  # in a fused kernel's name
+POINTWISE = re.compile(
+    r"^(add|sub|mul|div|neg|exp|log|pow|sqrt|rsqrt|tanh|sigmoid|relu|gelu|silu|where|"
+    r"masked_fill|fill|copy|_to_copy|clone|abs|clamp|maximum|minimum|lt|gt|le|ge|eq|ne|"
+    r"bitwise_\w+|logical_\w+|gelu_backward|silu_backward|threshold_backward|"
+    r"_softmax|softmax|_log_softmax|_softmax_backward_data|_log_softmax_backward_data|"
+    r"native_layer_norm|native_layer_norm_backward|_fused_rms_norm|dropout|native_dropout|"
+    r"cat|stack|zeros_like|ones_like|cos|sin|reciprocal|sign|floor|ceil|round|erf|"
+    r"mul_|add_|addcmul_|addcdiv_|lerp_|_foreach_\w+)(_|$)"
+)
+
+
 def item_bytes(item: GpuItem) -> int | None:
-    """Minimum HBM traffic of an item (the module docstring says how), None where unknown."""
+    """Minimum HBM traffic of an item, None where unknown (the module docstring says how):
+    a copy its read and its write, a memset its write, a GEMM its operands and its product,
+    a hand-written Triton kernel's launch its arguments (outputs among them), an Inductor
+    kernel its inputs (and an output as large as the largest when pointwise), a pointwise op
+    its inputs and
+    an output as large as the largest, a reduction its inputs, an embedding its indices and
+    the rows it reads and writes; anything else unknown. Each a lower bound: what the kernel
+    cannot avoid moving."""
     if item.kind in ("memcpy", "memset"):
         size = item.args.get("bytes")
         if type(size) is not int or size < 0:
@@ -43,10 +70,29 @@ def item_bytes(item: GpuItem) -> int | None:
         return None
     sizes = [math.prod(shape) * elt for shape, elt in tensors]
     if item.klass.cls == "gemm":
+        if not MATMULS.match(item.launcher.name.removeprefix("aten::")):
+            return None  # a convolution's GEMM: its operands are not the op's tensors
         return _gemm_bytes([tuple(shape) for shape, _ in tensors], tensors[0][1], sum(sizes))
     if item.klass.cls == "triton" and item.launcher.name.startswith(item.name):
         return sum(sizes)  # compiled code's launch op: its arguments include the outputs
-    return sum(sizes) + max(sizes)
+    if item.klass.cls == "inductor":  # its launch op records the inputs only
+        if GATHERED.search(item.name):
+            return None  # it reads some rows of a table it is handed whole
+        pointwise = item.name.startswith("triton_poi")
+        return sum(sizes) + (max(sizes) if pointwise else 0)  # a reduction writes less
+    op = item.launcher.name.removeprefix("aten::")
+    if GATHERS.match(op):
+        if op.startswith("embedding") and not op.startswith("embedding_dense") and len(tensors) > 1:
+            (table, elt), (indices, index_elt) = tensors[0], tensors[1]
+            rows = math.prod(indices) * table[-1] * elt
+            return math.prod(indices) * index_elt + 2 * rows  # read the rows, write them out
+        return None
+    if REDUCTIONS.match(op):
+        return sum(sizes)  # every input read once; the output is smaller
+    if POINTWISE.match(op):
+        in_place = op.endswith("_") or op in ("copy", "copy_")  # its output is an input
+        return sum(sizes) + (0 if in_place else max(sizes))
+    return None
 
 
 def _gemm_bytes(shapes: list[tuple], elt: int, inputs: int) -> int | None:
@@ -92,6 +138,7 @@ def compare(a: Trace, b: Trace) -> dict:
                         "reading": item.klass.detail,
                         "launched_by": item.launched_by,
                         "us": avg_a.get(item.name) if items is ka else avg_b.get(item.name),
+                        "kernel_us": item.dur,  # this kernel's own: the cap's time
                         "bytes": item_bytes(item),
                         "joins_previous": item.klass.joins_previous,
                     }
@@ -131,32 +178,50 @@ def compare(a: Trace, b: Trace) -> dict:
         "kernel_avg_us": {
             n: {"a": avg_a.get(n), "b": avg_b.get(n)} for n in dict.fromkeys([*avg_a, *avg_b])
         },
-        "gpu_us_per_step": {
-            "a": statistics.mean(s.gpu_sum for s in a.steps) if a.steps else 0,
-            "b": statistics.mean(s.gpu_sum for s in b.steps) if b.steps else 0,
+        "gpu_us_per_step": {  # summed durations (streams overlapping count twice), median
+            "a": statistics.median(s.gpu_sum for s in a.steps) if a.steps else 0,
+            "b": statistics.median(s.gpu_sum for s in b.steps) if b.steps else 0,
         },
         **at_scale(a, b),
     }
 
 
 def _cap(extra: list[dict], trace: Trace) -> None:
-    """Cut each byte estimate to what the device could move in the kernel's time."""
+    """What the device could move in each kernel's time (its datasheet bandwidth x the time;
+    None on a device the table lacks). An estimate above it is no lower bound: it is
+    withdrawn (bytes None, `capped` True), never cut to the cap and counted."""
     sheet = datasheet(trace.device)
     for e in extra:
-        e["bytes_cap"] = sheet.bytes_per_s * e["us"] * 1e-6 if sheet and e["us"] else None
+        e["bytes_cap"] = (
+            sheet.bytes_per_s * e["kernel_us"] * 1e-6 if sheet and e["kernel_us"] else None
+        )
         e["capped"] = False
+        e["bytes_touched"] = e["bytes"]
         if e["bytes"] and e["bytes_cap"] is not None and e["bytes"] > e["bytes_cap"]:
-            e["bytes"], e["capped"] = int(e["bytes_cap"]), True
+            # faster than HBM: the data came from L2 (small tensors just written), so HBM
+            # saw less than the kernel touched
+            e["bytes"], e["capped"] = None, True
 
 
 def _per_step(trace: Trace, key) -> dict[str, float]:
-    out: dict[str, float] = {}
+    """Per key, the median over the steps of its kernels' time in the step (a kernel group's
+    kernels run one after another: their durations add up)."""
+    rows = []
     for step in trace.steps:
+        row: dict[str, float] = {}
         for item in step.gpu:
             k = key(item)
-            out[k] = out.get(k, 0.0) + item.dur
-    n = max(len(trace.steps), 1)
-    return {k: v / n for k, v in out.items()}
+            row[k] = row.get(k, 0.0) + item.dur
+        rows.append(row)
+    keys = {k for row in rows for k in row}
+    return {k: statistics.median(row.get(k, 0.0) for row in rows) for k in keys}
+
+
+def _by_class(trace: Trace) -> dict[str, float]:
+    """Per kernel class, the median over the steps of its time (union within the class)."""
+    rows = [breakdown.step(s)["by_class_us"] for s in trace.steps]
+    keys = {k for row in rows for k in row}
+    return {k: statistics.median(row.get(k, 0.0) for row in rows) for k in keys}
 
 
 def _ops(trace: Trace) -> dict[str, tuple[float, float]]:
@@ -178,11 +243,12 @@ def at_scale(a: Trace, b: Trace) -> dict:
         return statistics.median(f(s) for s in trace.steps) if trace.steps else None
 
     wall = {"a": median(a, lambda s: s.dur), "b": median(b, lambda s: s.dur)}
+    times = {"a": step_times(a), "b": step_times(b)}
     busy = {
         "a": median(a, lambda s: breakdown.busy(s.gpu)),
         "b": median(b, lambda s: breakdown.busy(s.gpu)),
     }
-    ca, cb = _per_step(a, breakdown.group), _per_step(b, breakdown.group)
+    ca, cb = _by_class(a), _by_class(b)
     ga, gb = (
         _per_step(a, lambda i: tops.kernel_group(i.name)),
         _per_step(b, lambda i: tops.kernel_group(i.name)),
@@ -227,7 +293,9 @@ def at_scale(a: Trace, b: Trace) -> dict:
             for o in ops
         ],
         "modules": _modules(a, b),
-        "verdict": _verdict(wall, busy),
+        "step_us": {k: statistics.median(v) if v else None for k, v in times.items()},
+        "bound": {"a": _bound(a), "b": _bound(b)},
+        "verdict": _verdict(times, busy, changed, {"a": _bound(a), "b": _bound(b)}),
     }
 
 
@@ -259,13 +327,57 @@ def _modules(a: Trace, b: Trace) -> dict | None:
     }
 
 
-def _verdict(wall: dict, busy: dict) -> str:
-    if not wall["a"] or not wall["b"]:
+def step_times(trace: Trace) -> list[float]:
+    """Each step's time: the longer of its CPU span and its GPU window (analyses.idle), so a
+    GPU-bound run is timed by its GPU and a host-bound one by its host."""
+    if not trace.gpu_all:
+        return [s.dur for s in trace.steps]
+    parts = idle.split(trace)
+    return [max(s.dur, p["window_us"]) for s, p in zip(trace.steps, parts, strict=True)]
+
+
+def _bound(trace: Trace) -> str | None:
+    """ "GPU-bound" where the GPU waits for launches under a tenth of its window, else
+    "host-bound"; None for a CPU-only trace."""
+    if not trace.gpu_all or not trace.steps:
+        return None
+    parts = idle.split(trace)
+    window = statistics.median(p["window_us"] for p in parts)
+    host = statistics.median(p["host_wait_us"] for p in parts)
+    return "GPU-bound" if window and host < 0.1 * window else "host-bound"
+
+
+NOISE = 3.0  # a change smaller than this many times the steps' relative spread is noise
+
+
+def _verdict(times: dict, busy: dict, changed: list[dict], bound: dict) -> str:
+    """Faster or slower by the step's time (max of CPU span and GPU window per step), only
+    where the two sides' step times do not overlap and the change outruns their spread; the
+    GPU's busy time beside it, and the largest kernel group that got slower."""
+    a, b = times["a"], times["b"]
+    if not a or not b:
         return "nothing to compare"
-    ratio = wall["b"] / wall["a"]
-    speed = "no faster" if 0.97 <= ratio <= 1.03 else ("faster" if ratio < 1 else "slower")
-    line = f"B is {speed}: step {duration(wall['a'])} -> {duration(wall['b'])} ({ratio:.2f}x)"
+    ma, mb = statistics.median(a), statistics.median(b)
+    if not ma or not mb:
+        return "nothing to compare"
+    ratio = mb / ma
+    spread = max((max(a) - min(a)) / ma, (max(b) - min(b)) / mb)
+    apart = max(a) < min(b) or max(b) < min(a)
+    if abs(ratio - 1) < max(0.01, NOISE * spread / 2) and not (apart and abs(ratio - 1) > 0.03):
+        speed = "not measurably different"
+    else:
+        speed = "faster" if ratio < 1 else "slower"
+    line = (f"B is {speed}: step {duration(ma)} -> {duration(mb)} ({ratio:.2f}x; per step the "
+            "longer of CPU and GPU)")  # fmt: skip
     if busy["a"] and busy["b"]:
         change = busy["b"] / busy["a"]
         line += f", GPU busy {duration(busy['a'])} -> {duration(busy['b'])} ({change:.2f}x)"
+    if bound["a"] and bound["b"]:
+        line += "; " + (f"both {bound['a']}" if bound["a"] == bound["b"]
+                        else f"A {bound['a']}, B {bound['b']}")  # fmt: skip
+    worse = [c for c in changed if c["b_us"] > c["a_us"] and c["b_us"] - c["a_us"] >= 0.05 * mb]
+    if worse:
+        w = max(worse, key=lambda c: c["b_us"] - c["a_us"])
+        line += (f"; but {w['name']} is {w['b_us'] / w['a_us']:.1f}x slower "
+                 f"(+{duration(w['b_us'] - w['a_us'])} per step)")  # fmt: skip
     return line

@@ -1,40 +1,122 @@
-"""Why the GPU sat idle during a step, split the way HTA splits idle time:
+"""Each step's share of the GPU's timeline (its window), and why the GPU sat idle in it, split
+the way HTA splits idle time:
 
-  host wait     the GPU had finished everything queued and the next work was launched only
-                after that: the GPU waited for the CPU
+  host wait     the GPU had finished everything queued and the work that ended the gap was
+                launched only after that: the GPU waited for the CPU
   kernel wait   a gap shorter than KERNEL_WAIT_US with the next work already queued: the
                 cost of starting one kernel after another
   other         any other gap with the next work already queued (waiting on an event, a
                 stream dependency, another stream's work)
 
-HTA looks at each stream alone; here the gaps are those of the union of all the step's GPU
-work (the time no stream was busy), from the step's start to its end or to its last GPU
-work's end, whichever is later. Time after the last GPU work while the CPU is still inside
-the step is host wait.
+The window of step k starts where the GPU is free for it, B_k = max(its CPU start, the end of
+all GPU work launched before it), and ends where the next one starts (the last: at the later
+of its CPU end and its GPU work's end). When the GPU lags the host (the healthy case of a
+GPU-bound loop), a step's window begins after the previous step's kernels, not at its own CPU
+start: those kernels are the previous step's time, not this step's idle. The windows tile the
+GPU's timeline, so per step busy + host wait + kernel wait + other = the window, exactly.
+
+HTA looks at each stream alone; here the gaps are those of the union of all GPU work (the time
+no stream was busy), each classed by the event that ends it. A gap after the last GPU work
+while the CPU is still in the step is host wait.
 """
 
 from __future__ import annotations
 
-from tracereader.trace.model import Step, in_start_order, per_step
+import weakref
+from bisect import bisect_left, bisect_right
 
-KERNEL_WAIT_US = 0.03  # HTA's default consecutive_kernel_delay: 30 ns
+from tracereader.trace.model import Trace
+
+# HTA's consecutive_kernel_delay (30) is documented in ns but compared against its
+# microsecond timestamps: 30 us in effect, the threshold its kernel wait is measured with.
+KERNEL_WAIT_US = 30.0
+_memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-@per_step
-def split(step: Step) -> dict:
-    host = kernel = other = 0.0
-    free_from = step.ts  # the GPU is free (for this step's work) from here
-    for item in in_start_order(step):
-        gap = item.ts - free_from
-        if gap > 0:
-            launched = item.call.ts if item.call is not None else None
-            if launched is not None and launched > free_from:
-                host += gap
-            elif gap < KERNEL_WAIT_US:
-                kernel += gap
+def windows(trace: Trace) -> list[tuple[float, float]]:
+    """Each step's window [B_k, B_k+1) on the GPU's timeline (see the module's doc)."""
+    return _read(trace)[0]
+
+
+def split(trace: Trace) -> list[dict]:
+    """Per step: window_us, busy_us (GPU work of any step inside the window, union), and its
+    idle time by kind (host_wait_us, kernel_wait_us, other_us); they add up to window_us."""
+    return _read(trace)[1]
+
+
+def _read(trace: Trace):
+    found = _memo.get(trace)
+    if found is None:
+        found = _memo[trace] = _compute(trace)
+    return found
+
+
+def _launch(item) -> float:
+    return item.call.ts if item.call is not None else item.ts
+
+
+def _compute(trace: Trace):
+    steps = trace.steps
+    items = trace.gpu_all  # in start order
+    # Ends of the GPU work by launch time, as a running maximum: the end of all work launched
+    # before t is ends_max[bisect_left(launches, t) - 1].
+    by_launch = sorted(items, key=_launch)
+    launches = [_launch(i) for i in by_launch]
+    ends_max, top = [], float("-inf")
+    for item in by_launch:
+        top = max(top, item.ts + item.dur)
+        ends_max.append(top)
+
+    def end_before(t: float, inclusive: bool = False) -> float:
+        k = (bisect_right if inclusive else bisect_left)(launches, t)
+        return ends_max[k - 1] if k else float("-inf")
+
+    starts = [max(s.ts, end_before(s.ts)) for s in steps]
+    if steps:
+        last = steps[-1]
+        starts.append(max(last.end, end_before(last.end, inclusive=True), starts[-1]))
+    bounds = [(starts[k], starts[k + 1]) for k in range(len(steps))]
+
+    # The union of all GPU work, each interval with the launch of the item that opens it.
+    union: list[list[float]] = []  # [start, end, launch of the first item]
+    for item in items:
+        if union and item.ts <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], item.ts + item.dur)
+        else:
+            union.append([item.ts, item.ts + item.dur, _launch(item)])
+    opens = [u[0] for u in union]
+
+    rows = []
+    for lo, hi in bounds:
+        busy = host = kernel = other = 0.0
+        k = max(bisect_right(opens, lo) - 1, 0)
+        cursor = lo
+        while cursor < hi:
+            if k < len(union) and union[k][1] <= cursor:
+                k += 1
+                continue
+            if k < len(union) and union[k][0] <= cursor:  # inside a busy interval
+                stop = min(union[k][1], hi)
+                busy += stop - cursor
+                cursor = stop
+                continue
+            # a gap: from the previous interval's end (or -inf) to the next one's start
+            gap_start = union[k - 1][1] if k > 0 else float("-inf")
+            gap_end = union[k][0] if k < len(union) else float("inf")
+            stop = min(gap_end, hi)
+            part = stop - cursor
+            if k >= len(union) or gap_start == float("-inf") or union[k][2] > gap_start:
+                host += part  # nothing queued: the next work was launched after the GPU freed
+            elif gap_end - gap_start < KERNEL_WAIT_US:
+                kernel += part
             else:
-                other += gap
-        free_from = max(free_from, item.ts + item.dur)
-    if step.ts + step.dur > free_from:
-        host += step.ts + step.dur - free_from
-    return {"host_wait_us": host, "kernel_wait_us": kernel, "other_us": other}
+                other += part
+            cursor = stop
+        rows.append({
+            "window_us": hi - lo,
+            "busy_us": busy,
+            "host_wait_us": host,
+            "kernel_wait_us": kernel,
+            "other_us": other,
+        })  # fmt: skip
+    return bounds, rows

@@ -7,27 +7,30 @@ bytes that each side's extra kernels had to move.
     uv run compare A B --json
 
 Byte estimate for an extra kernel, from the tensors its launching CPU op recorded
-(record_shapes), each a minimum:
-  elementwise-like (aten, Inductor, Liger)  every input read once, plus one output the
-      size of the largest input written once: what fusion saves;
+(record_shapes), each a minimum, by the op's family:
+  pointwise (add, mul, gelu, softmax, a norm, copies ...)  every input read once, plus one
+      output the size of the largest input written once: what fusion saves;
+  reduction (sum, mean, amax, norm ...)  every input read once (the output is smaller);
+  embedding  the indices, and the rows it reads and writes (not the whole table);
   GEMM (aten::mm, addmm, bmm)  both operands (and a bias) read once, the product written
       once; a split-K reduce counts with its GEMM;
-  a hand-written Triton kernel that compiled code launches (its launch op is named after
-      it and lists its outputs among its arguments): every tensor argument touched once.
+  compiled code's launch of a Triton kernel (its launch op is named after it and lists its
+      outputs among its arguments): every tensor argument touched once.
 A memcpy moves its own size twice (read and write), a memset once (write), from the event's
-`bytes`. A kernel launched outside any op that records shapes (a Triton kernel called eagerly)
-has no estimate: the total then says which kernels it leaves out. No estimate exceeds what the
-device could move in the kernel's time (its datasheet bandwidth, devices.py, x the time): an
-estimate above that is cut to it and marked; on a device the table lacks, the cap is unknown
-and the text says so.
+`bytes`. Any other op (and a kernel launched outside any op that records shapes) has no
+estimate ("unknown"): the total then says which kernels it leaves out. An estimate above what
+the device could move in the kernel's time (its datasheet bandwidth, devices.py, x the time)
+would be no minimum: it is withdrawn and said so; on a device the table lacks that check
+cannot be made, and each estimate says "cap unknown".
 
 At model scale: step wall time and GPU busy (union) A vs B, time by class, kernels gone, new
 and changed by grouped name (per-step totals), CPU ops whose count or time changed (as HTA's
 TraceDiff), nn.Modules (by path) whose GPU time (CPU time on CPU traces) changed, where both
 traces carry module events (with_stack=True), and a verdict in one line.
 
-A file that is not a usable trace (unreadable, not JSON, no ProfilerStep) is one line on stderr
-and exit code 2.
+A trace without ProfilerStep is read as one window, as explain reads it. A file that is not a
+usable trace (unreadable, not JSON, no event the reader uses) is one line on stderr and exit
+code 2.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ step of the lessons' size, every kernel with its footprint and the CPU dispatch 
     uv run explain TRACE --kernels --step 2   # the third recorded step's GPU work in full
     uv run explain TRACE --json                # everything, machine-readable (schema 2)
     uv run explain RANK_FOLDER                 # every rank of one job, side by side
+    uv run explain TRACE --memory              # allocated memory over the steps: PNG, peak
 
 A trace without ProfilerStep is read as one window. A file that is not a usable trace
 (unreadable, not JSON, no event the reader uses) is one line on stderr and exit code 2;
@@ -69,10 +70,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"listing: at most N CPU ops and N GPU items per step, then how many "
         f"more; 0 for all (default: {MAX_OPS}; --json is always complete)",
     )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="a trace recorded with profile_memory=True: allocated memory over the steps "
+        "drawn as a PNG, the peak, when, and the ops whose allocations were alive then "
+        "(instead of the summary; with --json, added to it as `memory`)",
+    )
+    parser.add_argument(
+        "--memory-png",
+        metavar="PATH",
+        help="where --memory writes its PNG (a folder: <trace stem>.memory.png in it; "
+        "default: beside the trace, so that the plot stays with what it plots)",
+    )
     args = parser.parse_args(argv)
+    if args.memory_png is not None and not args.memory:
+        parser.error("--memory-png goes with --memory")
     # A command that reads one trace and exits: what it builds lives to the end, so the cyclic
     # collector would only rescan the trace's objects again and again.
     gc.disable()
+    if args.memory:
+        from tracereader.commands import memory  # matplotlib and the rest only for --memory
+
+        return memory.explain_main(args)
     if os.path.isdir(args.trace) or not os.path.exists(args.trace):
         # Maybe a folder (or stem) of rank traces, side by side; a file never is one, so a
         # single trace does not import what ranks need.

@@ -9,10 +9,11 @@ import sys
 from tracereader.trace.load import Trace, TraceError, load
 
 
-def load_or_exit(path: str) -> Trace:
-    """For the commands: a file they cannot use is one line on stderr and exit code 2."""
+def load_or_exit(path: str, memory: bool = False) -> Trace:
+    """For the commands: a file they cannot use is one line on stderr and exit code 2;
+    `memory`: with the allocator's events (load's option)."""
     try:
-        trace = load(path)
+        trace = load(path, memory=memory)
     except TraceError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

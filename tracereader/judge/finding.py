@@ -1,13 +1,12 @@
-"""One finding and what every rule shares: the step's wall time (the denominator of every %), how
+"""One finding and what every rule shares: the step's time (the denominator of every %), how
 many steps and kernels a finding names."""
 
 from __future__ import annotations
 
 import statistics
 
-from tracereader.trace.model import (
-    Trace,
-)
+from tracereader.analyses import idle
+from tracereader.trace.model import Trace
 
 SHOWN_STEPS = 5  # steps named in a finding; the rest are counted
 
@@ -54,8 +53,20 @@ class Finding:
         return "Finding(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
 
-def step_wall(trace: Trace) -> float:
-    """The median step's wall time (the denominator of every finding's %)."""
+def step_time(trace: Trace) -> float:
+    """The median step's time, the denominator of every finding's %: per step the longer of
+    its CPU span and its GPU window (analyses.idle), so that it holds whatever a finding
+    counts, host time or GPU time, even where the GPU lags the host."""
+    if not trace.steps:
+        return 0.0
+    parts = idle.split(trace) if trace.gpu_all else [{"window_us": 0.0}] * len(trace.steps)
+    return statistics.median(
+        max(s.dur, p["window_us"]) for s, p in zip(trace.steps, parts, strict=True)
+    )
+
+
+def cpu_time(trace: Trace) -> float:
+    """The median step's CPU span."""
     return statistics.median(s.dur for s in trace.steps) if trace.steps else 0.0
 
 

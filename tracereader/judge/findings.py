@@ -17,8 +17,8 @@ question asks about every op against every other.
 
 from __future__ import annotations
 
-from tracereader.judge import kernel_findings, step_findings
-from tracereader.judge.finding import Finding, step_wall
+from tracereader.judge import kernel_findings, model_findings, step_findings
+from tracereader.judge.finding import Finding, step_time
 from tracereader.trace.model import (
     Trace,
 )
@@ -43,7 +43,7 @@ def ranked(trace: Trace) -> tuple[list[Finding], list[Finding]]:
     health = step_findings.health(trace)
     if not trace.steps:
         return health, []
-    wall = step_wall(trace)
+    wall = step_time(trace)
     rest = [_at_stake(f, wall) for f in _all(trace) if f is not None]
     bound = [f for f in rest if f.topic == "bound"]
     timed = sorted(
@@ -56,7 +56,12 @@ def ranked(trace: Trace) -> tuple[list[Finding], list[Finding]]:
 
 
 def _all(trace: Trace) -> list[Finding | None]:
-    return [*step_findings.first(trace), *kernel_findings.found(trace), *step_findings.last(trace)]
+    return [
+        *step_findings.first(trace),
+        *kernel_findings.found(trace),
+        *model_findings.found(trace),
+        *step_findings.last(trace),
+    ]
 
 
 # --- what attention's traces show (Part 3) --------------------------------------------------

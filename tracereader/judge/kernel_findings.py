@@ -7,6 +7,7 @@ import math
 import statistics
 
 from tracereader.analyses import breakdown
+from tracereader.analyses.casts import cast
 from tracereader.judge.finding import SHOWN_KERNELS, SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
@@ -353,10 +354,15 @@ def _upcast(trace: Trace) -> Finding | None:
         and not i.klass.joins_previous
         and i.klass.facts.get("precision") in (CUDA_CORES, TF32)
     ]
+    # a cast counts when the trace says it turns a non-empty 16-bit tensor into float32 (an
+    # empty bf16 -> bf16 copy, as transformers' cache set-up makes, is no upcast)
     casts = [
         op
         for op in step.cpu_ops
-        if op.name == "aten::_to_copy" and (op.args.get("Input type") or ("",))[0] in SIXTEEN_BIT
+        if op.name == "aten::_to_copy"
+        and cast(op)[0] == dtype
+        and cast(op)[1] in ("fp32", "fp64")
+        and (cast(op)[2] or 0) > 0
     ]
     if not gemms and not casts:
         return None
@@ -374,8 +380,8 @@ def _upcast(trace: Trace) -> Finding | None:
         )
     if casts:
         parts.append(
-            f"{len(casts)} aten::_to_copy cast{'s' if len(casts) > 1 else ''} {dtype} tensors "
-            "to another type"
+            f"{len(casts)} aten::_to_copy cast{'s' if len(casts) > 1 else ''} of {dtype} tensors "
+            "to float32"
         )
     first = gemms[0].launcher if gemms else casts[0]
     where = _under(first.parent if first else None)

@@ -180,7 +180,9 @@ def describe(args, occ: Occupancy | None) -> str:
         parts.append(f"{_size(args['shared memory'])} shared")
     blocks, warps = args.get("blocks per SM"), args.get("warps per SM")
     if isinstance(blocks, int | float) and isinstance(warps, int | float):
-        parts.append(f"{blocks:.3g} blocks/SM, {warps:.3g} warps/SM")
+        # kineto's figures are the grid divided over the SMs (all waves), not what is
+        # resident at once: the footprint below gives that
+        parts.append(f"grid over all waves: {blocks:.3g} blocks, {warps:.3g} warps per SM")
     reported = args.get("est. achieved occupancy %")
     if isinstance(reported, int | float):
         parts.append(f"est. occupancy {reported:g}%")

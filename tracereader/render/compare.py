@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tracereader.names.kernel_names import labels
+from tracereader.render.lines import fit
 from tracereader.units import duration
 
 TOP_CHANGES = 12
@@ -46,8 +47,11 @@ def text(result: dict) -> str:
             lines.append(f"only in {side.upper()}:")
             for e in items[:TOP_CHANGES]:
                 moved = f", moves >= {_mb(e['bytes'])}" if e["bytes"] else ""
+                if e["bytes"] and e["bytes_cap"] is None:
+                    moved += " (cap unknown: no device bandwidth to check it against)"
                 if e["capped"]:
-                    moved += " (cut to what the device moves in its time)"
+                    moved += (f", touches {_mb(e['bytes_touched'])}: more than HBM moves in its "
+                              "time, so read from L2, not counted")  # fmt: skip
                 lines.append(
                     f"  {e['us'] or 0:7.1f} us  {e['class']:<11} {short(e['name'])} "
                     f"[{e['reading'] or e['launched_by']}]{moved}"
@@ -65,8 +69,8 @@ def text(result: dict) -> str:
         for side in ("a", "b"):
             if unknown[side]:
                 lines.append(
-                    f"  not counted in {side.upper()} (no byte estimate: no usable recorded "
-                    f"shapes, e.g. launched outside any op that records them): "
+                    f"  not counted in {side.upper()} (no byte estimate: no recorded shapes, an "
+                    "op of no known family, or an estimate above the device's bandwidth): "
                     f"{', '.join(short(n) for n in unknown[side])}"
                 )
     if result["cpu_ops_gone"]:
@@ -90,7 +94,7 @@ def text(result: dict) -> str:
     if result["gpu_identical"] is not None:
         g = result["gpu_us_per_step"]
         lines.append(f"GPU time per step, durations summed: A {g['a']:.1f} us, B {g['b']:.1f} us")
-    return "\n".join(lines)
+    return fit(lines)
 
 
 def _scale_text(result: dict) -> list[str]:

@@ -3,6 +3,7 @@ nothing."""
 
 from __future__ import annotations
 
+from tracereader.render.lines import fit
 from tracereader.units import bytes_text, cell
 
 
@@ -99,7 +100,7 @@ def text(result: dict) -> str:
     first = result["per_rank"][0]["path"] if result["per_rank"] else None
     if first:
         lines.append(f"one rank in full: uv run explain {first}")
-    return "\n".join(lines)
+    return fit(lines)
 
 
 def compare_text(result: dict) -> str:
@@ -129,4 +130,4 @@ def compare_text(result: dict) -> str:
     lines.append(f"  {'bus bandwidth (GB/s)':<38} {bus_a:>10} {bus_b:>10}")
     if a["rank0"] and b["rank0"]:
         lines.append(f"kernel by kernel, rank 0: uv run compare {a['rank0']} {b['rank0']}")
-    return "\n".join(lines)
+    return fit(lines)

@@ -26,6 +26,7 @@ from tracereader.judge.finding import SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_classes import group
 from tracereader.reading import Reading
+from tracereader.render.lines import fit
 from tracereader.trace.model import Step, Trace, silent_ops
 from tracereader.units import duration
 
@@ -63,7 +64,6 @@ def _header(trace: Trace) -> str:
 def summary_lines(reading: Reading) -> list[str]:
     trace, data = reading.trace, reading.summary
     unit = "step" if trace.unit == "step" else "window"
-    wall = data["wall_us"]["median"] or 0.0
     lines = [_header(trace)]
     lines.append(
         f"per {unit} (median [min - max] over {data['steps']} {unit}s):"
@@ -82,7 +82,10 @@ def summary_lines(reading: Reading) -> list[str]:
     row("wall (CPU)", data["wall_us"])
     if trace.on_gpu:
         busy = data["gpu_busy_us"]["median"] or 0.0
-        share = f" = {100 * busy / wall:.0f}% of wall" if wall else ""
+        parts = data["idle_us"]
+        window = parts["window_us"]["median"] or 0.0
+        inside = parts["busy_us"]["median"] or 0.0
+        share = f" = {100 * inside / window:.0f}% of its GPU window" if window else ""
         row("GPU busy", data["gpu_busy_us"], f"{share} (union over streams)")
         summed = data["gpu_sum_us"]["median"] or 0.0
         if summed > 1.01 * busy:
@@ -90,7 +93,10 @@ def summary_lines(reading: Reading) -> list[str]:
                 f"  {'':<14} (kernel durations add up to {duration(summed)}: "
                 f"{summed / busy:.2f}x, streams overlap)"
             )
-        parts = data["idle_us"]
+        lines.append(
+            f"  {'GPU window':<14} {duration(window)}: from where the GPU is free for the "
+            f"{unit} to where it is free for the next"
+        )
         lines.append(
             f"  {'GPU idle':<14} waiting on the host {duration(parts['host_wait_us']['median'])}"
             f", between kernels {duration(parts['kernel_wait_us']['median'])}"
@@ -99,7 +105,7 @@ def summary_lines(reading: Reading) -> list[str]:
         lines.append(f"  {'kernels':<14} {data['kernels_per_step']['median']:g} per {unit}")
         lines.append("time by class (union per class; classes on several streams overlap):")
         for g, us in sorted(data["by_class_us"].items(), key=lambda kv: -kv[1]):
-            pct = f"{100 * us / wall:5.1f}% of wall" if wall else ""
+            pct = f"{100 * us / busy:5.1f}% of GPU busy" if busy else ""
             lines.append(f"  {g:<22} {duration(us):>10}  {pct}")
         if data["top_kernels"]:
             lines.append("top kernels (all steps, names grouped):   total     %  count     mean")
@@ -155,6 +161,12 @@ def summary_lines(reading: Reading) -> list[str]:
             lines.append(
                 f"  {k['kind']:<15} {k['per_step']:g} per {unit}, median "
                 f"{duration(k['median_us'])}{size}{bus}{group}"
+            )
+        if any(k["median_bus_GBps"] for k in coll["by_kind"]):
+            lines.append(
+                "  (one rank's view: an NCCL kernel's time holds its wait for the other ranks, "
+                "so these bandwidths are lower bounds; `explain` on the folder of every "
+                "rank's trace times each collective from the last rank to arrive)"
             )
     return lines
 
@@ -292,14 +304,14 @@ def text(
         unit = "step" if trace.unit == "step" else "window"
         lines += module_tree_lines(data["modules"], unit, trace.on_gpu, max_ops)
     listed = _listing(reading, all_steps, max_ops, kernels, ops, step)
-    if listed:
-        lines += listed
-    elif trace.steps:
+    if not listed and trace.steps:
         lines.append(
             "per-kernel listing: --kernels (GPU work), --ops (CPU dispatch chain), --step N "
             "(which step, 0 = first), --all-steps"
         )
-    return "\n".join(lines)
+    # the summary and the findings fit the screen; the listing's rows are a table of their
+    # own (one kernel a row, its names cut to NAME_WIDTH), read with a pager
+    return "\n".join(filter(None, (fit(lines), "\n".join(listed))))
 
 
 def _listing(reading: Reading, all_steps, max_ops, kernels, ops, step) -> list[str]:
@@ -461,11 +473,12 @@ def dump_json(data, out: TextIOBase) -> None:
 _MARK = "\x00steps\x00"
 
 
-def write_json(reading: Reading, out: TextIOBase) -> None:
+def write_json(reading: Reading, out: TextIOBase, **extra) -> None:
     """document([trace_dict(trace)]) as `dump_json` writes it, one step at a time: the dicts
-    of a trace of a million events would take more memory than the trace itself."""
+    of a trace of a million events would take more memory than the trace itself. `extra`:
+    added keys of the trace (`memory`, for explain --memory)."""
     trace = reading.trace
-    head = trace_dict(reading, with_steps=False)
+    head = {**trace_dict(reading, with_steps=False), **extra}
     head["steps"] = _MARK
     text = json.dumps(document([head]), indent=2, allow_nan=False)
     before, after = text.split(json.dumps(_MARK))

@@ -5,8 +5,9 @@ What torch.profiler and kineto write, current and older: the categories of today
 `gpu_memset`) and of the 2021 format (`Operator`, `Runtime`, `Kernel`, `Memcpy`, `Memset`),
 MTIA's (`mtia_runtime`, `mtia_ccp_events`); an object with `traceEvents` or a bare array of
 events. Of `python_function` (with_stack=True), only the nn.Module calls (`nn.Module: Linear_0`)
-are kept. Other categories (flow arrows, stream-sync virtual events, memory instants) are not
-read at all.
+are kept. Other categories (flow arrows, stream-sync virtual events) are not read at all; the
+allocator's `[memory]` instants (profile_memory=True) only with `load(path, memory=True)`, into
+`Trace.memory` (trace.memory: compact arrays, each event linked to the op open on its thread).
 
 Cost: linear in the file apart from a few sorts. The text is read in chunks and decoded a few
 kilobytes of whole events at a time (`json.JSONDecoder.raw_decode`, C speed); only the events
@@ -99,6 +100,7 @@ META_KEYS = frozenset(
     }
 )
 CPU_ARGS = ("Input Dims", "Input type")  # what compare reads; strides and values are dropped
+CAST_OPS = frozenset({"aten::_to_copy", "aten::to"})  # these also keep the dtype they cast to
 # What torch records about a collective, on its NCCL kernel (2.1 and later) and on the
 # record_param_comms op that issued it.
 COLLECTIVE_ARGS = (
@@ -122,9 +124,15 @@ class TraceError(Exception):
     """The file is not a readable profiler trace."""
 
 
-def load(path: str | Path) -> Trace:
+def load(path: str | Path, memory: bool = False) -> Trace:
+    """The trace model of a file; `memory`: also the allocator's events, in `Trace.memory`
+    (None without it), read in the same pass."""
     path = Path(path)
     events = _Events()
+    if memory:
+        from tracereader.trace.memory import Collector  # only for explain --memory
+
+        events.memory = Collector()
     # Every object made here lives as long as the trace: the cyclic collector would only
     # rescan them, over and over as they accumulate (a third of the time on large traces).
     collecting = gc.isenabled()
@@ -138,7 +146,8 @@ def load(path: str | Path) -> Trace:
 
 def _load(path: Path, events: _Events) -> Trace:
     meta = _parse(path, events)
-    return build(
+    threads = dict(events.ops) if events.memory is not None else None  # build empties ops
+    trace = build(
         path,
         events.steps,
         events.ops,
@@ -149,6 +158,12 @@ def _load(path: Path, events: _Events) -> Trace:
         events.skipped,
         events.modules,
     )
+    trace.memory = None  # the allocator's events (trace.memory.MemoryEvents) where asked
+    if events.memory is not None:
+        if events.memory.bad:
+            trace.skipped["[memory] events without numeric args"] += events.memory.bad
+        trace.memory = events.memory.finish(threads)
+    return trace
 
 
 # --- reading: the file's text, one JSON value at a time ------------------------------------
@@ -384,6 +399,7 @@ class _Events:
         self.modules: dict[object, list[Module]] = {}  # by thread
         self.skipped: Counter = Counter()
         self.seen = 0
+        self.memory = None  # a trace.memory.Collector when the allocator's events are wanted
         self._names: dict[str, str] = {}
         self._args: dict[tuple, MappingProxyType] = {}
         self._shapes: dict[tuple, tuple] = {}
@@ -407,6 +423,8 @@ class _Events:
             self.skipped["not an object"] += 1
             return
         if event.get("ph") != "X":
+            if self.memory is not None and event.get("name") == "[memory]":
+                self.memory.take(event)
             return
         cat = event.get("cat")
         group = _GROUP.get(cat) if type(cat) is str else None
@@ -467,7 +485,10 @@ class _Events:
             if ops is None:
                 ops = self.ops[thread] = []
             if "Input Dims" in args or "Input type" in args or "Collective name" in args:
-                ops.append(CpuOp(name, ts, dur, self._cpu_args(args)))
+                kept = self._cpu_args(args)
+                if name in CAST_OPS:  # the dtype cast to: record_shapes' second concrete input
+                    kept = self._with_target(kept, args.get("Concrete Inputs"))
+                ops.append(CpuOp(name, ts, dur, kept))
             else:
                 ops.append(CpuOp(name, ts, dur))
 
@@ -483,6 +504,16 @@ class _Events:
         found = self._by_text.get(text)
         if found is None:
             found = self._by_text[text] = self._checked_args(dims, types)
+        return found
+
+    def _with_target(self, kept, concrete):
+        target = concrete[1] if type(concrete) is list and len(concrete) > 1 else None
+        if type(target) is not str or not target.isdigit():
+            return kept
+        key = (id(kept), target)
+        found = self._args.get(key)
+        if found is None:
+            found = self._args[key] = MappingProxyType({**kept, "Cast to": target})
         return found
 
     def _checked_args(self, dims, types):

@@ -1,0 +1,76 @@
+"""`explain --memory TRACE`: the memory reading of a trace recorded with profile_memory=True,
+printed, and drawn into a PNG that is published whole or not at all (written under a
+temporary name beside it, then renamed). A trace without memory events, a file that is not a
+trace, or a PNG path that cannot be written: one line on stderr, exit code 2, no file left."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from tracereader.analyses import memory
+from tracereader.commands.shared import load_or_exit, stdout_closed
+from tracereader.render import memory as render
+
+
+def png_path(trace: str, asked: str | None) -> Path:
+    """Where the PNG goes: `asked` (a folder: the default name in it), else beside the trace,
+    `<trace stem>.memory.png` (the stem without .json / .json.gz)."""
+    name = Path(trace).name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    default = f"{name}.memory.png"
+    if asked is None:
+        return Path(trace).with_name(default)
+    path = Path(asked)
+    return path / default if path.is_dir() else path
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def write_png(reading: dict, path: Path, title: str) -> None:
+    """Draw into a temporary file beside `path`, then rename it into place (atomic on one
+    file system): a reader of `path` sees the old file or the whole new one, never a part.
+    Raises OSError where the folder cannot be written; the temporary file is gone then."""
+    from tracereader.render import memory_plot  # matplotlib: only here
+
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            memory_plot.draw(reading, out, title)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def explain_main(args) -> int:
+    trace = load_or_exit(args.trace, memory=True)
+    reading = memory.read(trace)
+    if not reading["devices"]:
+        return _fail(
+            f"{args.trace} has no memory events (record it with "
+            f"torch.profiler.profile(profile_memory=True))"
+        )
+    png = png_path(args.trace, args.memory_png)
+    try:
+        write_png(reading, png, f"{Path(args.trace).name}: allocated memory")
+    except OSError as err:
+        return _fail(f"cannot write {png}: {err.strerror or err}")
+    try:
+        if args.json:
+            from tracereader.reading import Reading
+            from tracereader.render import trace as trace_render
+
+            data = render.as_dict(reading, str(png))
+            trace_render.write_json(Reading(trace), sys.stdout, memory=data)
+        else:
+            print(render.text(reading, args.trace, str(png)))
+    except BrokenPipeError:
+        return stdout_closed()
+    return 0
