@@ -447,24 +447,32 @@ def parse(argv):
     return args
 
 
-def bytes_needed(cfg: llama.Config, batch: int, prompt: int, new_tokens: int, elt: int) -> int:
-    """The weights in the run's dtype and in float32 (the reference's, converted after), two
-    caches (ours, the reference's growing one), the reference's logits for every token, and
-    prefill's largest activations (the MLP's [B x P, hidden] three times, in float32)."""
-    tokens = prompt + new_tokens
-    kv = kv_arithmetic(cfg, tokens, batch, 1)
+def bytes_needed(cfg: llama.Config, batch, prompt, new_tokens, elt, *, reference: bool) -> int:
+    """What a generation holds at most: the weights, its cache and prefill's largest
+    activations (the MLP's [B x P, hidden] three times, float32 at most); with the float32
+    reference first, the weights in float32 (converted in place after), its growing cache too
+    and its logits for every token."""
+    kv = kv_arithmetic(cfg, prompt + new_tokens, batch, 1)
     acts = 3 * batch * prompt * (cfg.hidden + cfg.dim) * 4
-    return cfg.params() * (elt + 4) + kv * (elt + 4) + batch * new_tokens * cfg.vocab * 4 + acts
+    if not reference:
+        return cfg.params() * elt + kv * elt + acts
+    return cfg.params() * 4 + kv * (elt + 4) + batch * new_tokens * cfg.vocab * 4 + acts
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
     cfg, elt = llama.PRESETS[args.preset], cli.element_size(run)
-    largest = max([args.batch, *(args.sweep_batch or [])])
-    cli.ensure_fits(bytes_needed(cfg, largest, args.prompt, args.new_tokens, elt), run)
-    v = Variant(cfg, args.batch, args.prompt, args.prompt + args.new_tokens - 1, args.cache,
-                args.impl, args.compile, args.cuda_graphs)  # fmt: skip
+    sizes = (args.prompt, args.new_tokens, elt)
+    need = bytes_needed(cfg, args.batch, *sizes, reference=True)
+    for batch in args.sweep_batch or ():  # the sweep checks no tokens: no reference
+        need = max(need, bytes_needed(cfg, batch, *sizes, reference=False))
+    cli.ensure_fits(need, run)
+    # A static cache holds every token fed through the model (prompt + new - 1), rounded up
+    # to 16 positions: SDPA's fused kernels want the mask's rows aligned (else pad it per call).
+    max_len = -(-(args.prompt + args.new_tokens - 1) // 16) * 16
+    v = Variant(cfg, args.batch, args.prompt, max_len, args.cache, args.impl, args.compile,
+                args.cuda_graphs)  # fmt: skip
     mode = "hf" if v.impl == "hf" else args.cache + ("_graphs" if args.cuda_graphs else "")
     tag = outputs.run_tag(f"{args.preset}_b{args.batch}_p{args.prompt}_n{args.new_tokens}",
                           args, run, extra=mode)  # fmt: skip
@@ -532,9 +540,10 @@ def main(argv=None) -> int:
     if v.impl == "ours":
         generation(args.new_tokens)  # a whole one: the dynamic cache at its longest
         kv = sum(t.nbytes for t in (*generation.cache.k, *generation.cache.v))
+        held = v.max_len if args.cache == "static" else args.prompt + args.new_tokens - 1
         print(f"KV cache: {kv / 2**20:.3f} MiB held; 2 x {cfg.layers} layers x {cfg.kv_heads} "
-              f"kv heads x {cfg.head_dim} x {v.max_len} tokens x {elt} bytes x batch "
-              f"{args.batch} = {kv_arithmetic(cfg, v.max_len, args.batch, elt) / 2**20:.3f} MiB; "
+              f"kv heads x {cfg.head_dim} x {held} tokens x {elt} bytes x batch "
+              f"{args.batch} = {kv_arithmetic(cfg, held, args.batch, elt) / 2**20:.3f} MiB; "
               f"the weights {cfg.params() * elt / 2**30:.3f} GiB")  # fmt: skip
     if args.bench:
         bench(generation, args, run, floor if bytes_per_s else None)

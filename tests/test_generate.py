@@ -63,8 +63,8 @@ def test_eager_static_cache_gives_the_references_tokens_and_holds_its_guess(eage
     assert "MISMATCH" not in printed
     assert "GEMMs by rows M, per step: {24: 14, 2: 1}" in printed  # prefill: B x P, head: B
     assert "{2: 15} / {2: 15}" in printed  # decode: M = batch, every step
-    assert "attention read [[17], [17], [17]] keys" in printed  # a static cache: its whole length
-    assert "KV cache: 0.008 MiB held" in printed  # 2 x 2 x 2 x 16 x 17 x 2 bytes x 2
+    assert "attention read [[32], [32], [32]] keys" in printed  # static: all of it, 17 -> 32
+    assert "KV cache: 0.016 MiB held" in printed  # 2 x 2 x 2 x 16 x 32 x 2 bytes x 2
     assert "decode:" in printed and "tokens/s" in printed  # --bench's median
     name = next((folder / SCRIPT).glob("*.json")).name
     assert name == "tiny_b2_p12_n6_bf16_static_eager_w0-1-3_cpu.json"
