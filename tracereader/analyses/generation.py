@@ -84,7 +84,8 @@ def read(trace: Trace) -> dict | None:
         return None
     decode = phases["decode"]
     rows = [breakdown.step(s) for s in decode]
-    waits = [idle.split(s)["host_wait_us"] for s in decode]
+    gpu = trace.on_gpu  # a CPU trace has no GPU time to split
+    waits = [idle.split(s)["host_wait_us"] for s in decode] if gpu else [0.0]
     per_token = _median([s.dur for s in decode])
     launches = launch_calls(decode[-1])
     out = {
@@ -92,8 +93,8 @@ def read(trace: Trace) -> dict | None:
         "decode": {
             "tokens": len(decode),
             "per_token_us": per_token,
-            "gpu_busy_us": statistics.median(r["gpu_busy_us"] for r in rows),
-            "host_wait_us": statistics.median(waits),
+            "gpu_busy_us": statistics.median(r["gpu_busy_us"] for r in rows) if gpu else None,
+            "host_wait_us": statistics.median(waits) if gpu else None,
             "kernels": statistics.median(r["kernels"] for r in rows),
             "launches": dict(launches),
         },
@@ -104,9 +105,11 @@ def read(trace: Trace) -> dict | None:
         out["prefill"] = {
             "steps": len(prefill),
             "wall_us": statistics.median(s.dur for s in prefill),
-            "gpu_busy_us": statistics.median(breakdown.step(s)["gpu_busy_us"] for s in prefill),
+            "gpu_busy_us": statistics.median(breakdown.step(s)["gpu_busy_us"] for s in prefill)
+            if gpu
+            else None,
         }
-    if trace.on_gpu:
+    if gpu:
         share = out["decode"]["host_wait_us"] / per_token["median"] if per_token["median"] else 0
         out["bound"] = "launch" if share >= LAUNCH_BOUND else "gpu"
     return out
