@@ -27,7 +27,9 @@ run() {  # NAME FLAGS...: one run, its log, its lines in the summary
     local name=$1
     shift
     local start=$SECONDS
-    $py 08_generate.py "$@" --strict --gzip --traces-dir "$work/traces" > "$work/logs/$name.log" 2>&1
+    # each part bounded: one that hangs or compiles past its share costs that part alone
+    timeout "${PART_TIMEOUT:-170}" $py 08_generate.py "$@" --strict --gzip --traces-dir \
+        "$work/traces" > "$work/logs/$name.log" 2>&1
     local rc=$?
     [ $rc -ne 0 ] && failed=1
     {
