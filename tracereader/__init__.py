@@ -20,8 +20,10 @@ Its layers, each a folder or file, import only from the ones above them in this 
 
 This module is the one door the lessons use: `load`, `read`, `read_run`, `run_text`,
 `bytes_text`, `Expect`, `check`, and the lessons' own readings: the training phases
-(`phase_steps`, `phase_line`, `launched_under`, `collectives_by_phase`) and 04_c's
-(`sdpa_row`, `host_time`). Nothing here imports torch or the lessons' plumbing in `common/`.
+(`phase_steps`, `phase_line`, `launched_under`, `collectives_by_phase`), 04_c's (`sdpa_row`,
+`host_time`) and 08's generation (`generation`, `generation_steps`, `gemm_rows`,
+`key_lengths`, `launch_calls`). Nothing here imports torch or the lessons' plumbing in
+`common/`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ _DOOR = {
     "collectives_by_phase": ("tracereader.analyses.training", "collectives_by_phase"),
     "sdpa_row": ("tracereader.analyses.sdpa", "summarize"),
     "host_time": ("tracereader.analyses.sdpa", "host_time"),
+    "generation": ("tracereader.analyses.generation", "read"),
+    "generation_steps": ("tracereader.analyses.generation", "split"),
+    "gemm_rows": ("tracereader.analyses.generation", "gemm_rows"),
+    "key_lengths": ("tracereader.analyses.generation", "key_lengths"),
+    "launch_calls": ("tracereader.analyses.generation", "launch_calls"),
 }
 
 

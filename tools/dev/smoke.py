@@ -34,6 +34,7 @@ SHAPES = {
         "03": ["--batch", "4", "--seq", "128", "--dim", "256", "--hidden", "512"],
         "04": ["--batch", "1", "--heads", "4", "--seq", "256", "--head_dim", "64"],
         "06": ["--batch", "2", "--seq", "128", "--dim", "256", "--hidden", "512", "--heads", "4"],
+        "08": ["--preset", "tiny", "--prompt", "64", "--new-tokens", "16"],
     },
     "posts": {
         "01": ["--size", "64"],
@@ -56,6 +57,7 @@ SHAPES = {
             "--vocab",
             "32768",
         ],  # fmt: skip
+        "08": ["--preset", "1b", "--prompt", "512", "--new-tokens", "64"],
     },
 }
 GPU_ONLY = {"03_kernels_mlp", "03_fused_mlp", "04_d_kernels_attention"}
@@ -94,6 +96,7 @@ def runs(shapes: str, on_gpu: bool) -> list[Run]:
             Run("05_tp_mlp", (*s["03"], *mode), torchrun=True),
             Run("06_train_step", (*s["06"], *mode)),
             Run("07_fsdp_train", (*s["06"], *mode), torchrun=True),
+            Run("08_generate", (*s["08"], *mode)),
         ]
     plan += [
         Run("04_c_sdpa_attention", (*s["04"], "--backend", "all")),

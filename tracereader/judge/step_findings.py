@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from tracereader.analyses import breakdown, collectives, idle, syncs, variation
+from tracereader.analyses import breakdown, collectives, generation, idle, syncs, variation
 from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_text
 from tracereader.names.kernel_names import label
 from tracereader.trace import intervals
@@ -396,17 +396,57 @@ def _variation(trace: Trace) -> Finding | None:
     )
 
 
+def _decode(trace: Trace) -> Trace:
+    """A generation's decode steps alone (the trace itself otherwise): its prefill step is
+    another kind of step, not a cold start, a recompile or a variation of decode's."""
+    phases = generation.split(trace)
+    return trace.with_steps(phases["decode"]) if phases else trace
+
+
+def _generation(trace: Trace) -> Finding | None:
+    """Per decode token: launch-bound (the GPU waits on the host) or GPU-bound."""
+    g = generation.read(trace)
+    if g is None:
+        return None
+    d = g["decode"]
+    per, wait = d["per_token_us"]["median"], d["host_wait_us"]
+    prefill = f"; prefill {g['prefill']['wall_us']:.0f} us" if g["prefill"] else ""
+    head = f"decode {per:.0f} us per token over {d['tokens']} tokens{prefill}"
+    if g["bound"] is None:
+        return Finding("generation", f"{head} (CPU only: launch- or bandwidth-bound not told)")
+    launches = ", ".join(f"{n} {kind}" for kind, n in sorted(d["launches"].items()))
+    if g["bound"] == "launch":
+        return Finding(
+            "generation",
+            f"{head}: launch-bound, the GPU waits on the host {wait:.0f} us of each token "
+            f"({wait / per:.0%}); {d['kernels']:g} kernels per token, launch calls: {launches}",
+            us=wait,
+            next="CUDA graphs: a token's kernels replayed with one launch (torch.cuda.graph, or "
+            "torch.compile(mode='reduce-overhead')); torch.compile alone launches fewer kernels",
+        )
+    return Finding(
+        "generation",
+        f"{head}: GPU-bound, busy {d['gpu_busy_us']:.0f} us of each token (host wait "
+        f"{wait:.0f} us); at a small batch each token reads every weight and the KV cache "
+        "once: bandwidth-bound",
+        next="more sequences per step (the weights are read once for all), quantized weights "
+        "(fewer bytes per token), a smaller KV cache (fewer KV heads, an fp8 cache)",
+    )
+
+
 def first(trace: Trace) -> list[Finding | None]:
     """The rules ranked before the kernels' (ties keep this order)."""
     return [
         _allocator(trace),
         _bound(trace),
+        _generation(trace),
         _syncs(trace),
         _exposed_comm(trace),
-        _cold_start(trace),
+        _cold_start(_decode(trace)),
     ]
 
 
 def last(trace: Trace) -> list[Finding | None]:
     """The rules ranked after the kernels'."""
-    return [*_compile_rows(trace), _end_sync(trace), _variation(trace)]
+    decode = _decode(trace)
+    return [*_compile_rows(decode), _end_sync(trace), _variation(decode)]

@@ -65,6 +65,7 @@ def summary_lines(reading: Reading) -> list[str]:
     trace, data = reading.trace, reading.summary
     unit = "step" if trace.unit == "step" else "window"
     lines = [_header(trace)]
+    lines += generation_lines(data.get("generation"))
     lines.append(
         f"per {unit} (median [min - max] over {data['steps']} {unit}s):"
         if trace.unit == "step"
@@ -168,6 +169,28 @@ def summary_lines(reading: Reading) -> list[str]:
                 "so these bandwidths are lower bounds; `explain` on the folder of every "
                 "rank's trace times each collective from the last rank to arrive)"
             )
+    return lines
+
+
+def generation_lines(g: dict | None) -> list[str]:
+    """A generation's headline: a decode token's time apart from prefill's."""
+    if not g:
+        return []
+    d = g["decode"]
+    per = d["per_token_us"]
+    line = (
+        f"generation: decode {duration(per['median'])} per token "
+        f"[{duration(per['min'])} - {duration(per['max'])}] over {d['tokens']} steps"
+    )
+    if g["prefill"]:
+        line += f"; prefill {duration(g['prefill']['wall_us'])} (read apart)"
+    lines = [line]
+    if g["bound"]:
+        lines.append(
+            f"  per token: GPU busy {duration(d['gpu_busy_us'])}, waiting on the host "
+            f"{duration(d['host_wait_us'])}, {d['kernels']:g} kernels: "
+            + ("launch-bound" if g["bound"] == "launch" else "GPU-bound")
+        )
     return lines
 
 

@@ -1,0 +1,87 @@
+"""08_generate's plumbing: timing a generation whole, the --sweep-batch flag and its plot, and
+the printed line of the reader's generation reading against the lesson's floor."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import outputs, profiling
+from common.cli import Run
+from common.measuring import timing
+
+
+def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5):
+    """Prefill and decode apart, without a sync per token: a generation of one token (prefill
+    alone) and one of new_tokens, each timed whole; a decode token = their difference /
+    (new_tokens - 1). Medians (20th-80th percentiles) of `repeats` pairs."""
+
+    def seconds(n):
+        profiling.synchronize(run)
+        start = time.perf_counter()
+        generation(n)
+        profiling.synchronize(run)
+        return time.perf_counter() - start
+
+    seconds(new_tokens)  # warm
+    pairs = [(seconds(1), seconds(new_tokens)) for _ in range(repeats)]
+    how = f"{repeats} generations of 1 and of {new_tokens} tokens, each timed whole"
+    token = timing.summarize([(n - one) / (new_tokens - 1) for one, n in pairs], how)
+    return timing.summarize([one for one, _ in pairs], how), token
+
+
+def batches(text: str) -> list[int]:
+    try:
+        found = [int(b) for b in text.split(",")]
+    except ValueError:
+        found = []
+    if not found or min(found) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive batches")
+    return found
+
+
+def print_reading(g: dict | None, floor: float | None) -> None:
+    """The reader's reading of the phases: per token, and launch- or bandwidth-bound."""
+    if g is None:
+        print("generation: no decode step in the trace")
+        return
+    d = g["decode"]
+    per = d["per_token_us"]["median"]
+    line = f"generation: decode {per / 1e3:.3f} ms per token in the trace (profiled)"
+    if g["prefill"]:
+        line += f", prefill {g['prefill']['wall_us'] / 1e3:.3f} ms"
+    print(line)
+    if g["bound"] is None:
+        return
+    wait = d["host_wait_us"]
+    print(f"  per token the GPU is busy {d['gpu_busy_us'] / 1e3:.3f} ms and waits on the host "
+          f"{wait / 1e3:.3f} ms ({wait / per:.0%}); {d['kernels']:g} kernels, launch calls "
+          f"{d['launches']}")  # fmt: skip
+    if g["bound"] == "launch":
+        print("  -> launch-bound: the host cannot issue the kernels as fast as the GPU runs "
+              "them; CUDA graphs replay a token's kernels with one launch")  # fmt: skip
+    else:
+        near = f" (its busy time {d['gpu_busy_us'] / 1e6 / floor:.2f}x the floor)" if floor else ""
+        print(f"  -> GPU-bound{near}, and at a small batch bandwidth-bound: more sequences "
+              "per step, fewer weight bytes (quantize), a smaller KV cache")  # fmt: skip
+
+
+def plot_sweep(rows: list[dict], png, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["batch"] for r in rows], [r["tokens_per_s"] for r in rows], "o-", label="tokens/s")
+    ax.set(xscale="log", yscale="log", xlabel="batch", ylabel="decode tokens/s", title=title)
+    if rows and rows[0]["of_floor"] is not None:
+        right = ax.twinx()
+        right.plot([r["batch"] for r in rows], [100 * r["of_floor"] for r in rows], "s--",
+                   color="tab:red", label="% of the floor's speed")  # fmt: skip
+        right.set(ylabel="% of the bandwidth floor's speed", ylim=(0, 110))
+    fig.tight_layout()
+    with outputs.publishing(png) as (tmp,):
+        fig.savefig(tmp)
+    plt.close(fig)
+    print(f"sweep plot: {png}")

@@ -1,0 +1,249 @@
+"""08_generate on the CPU at the tiny preset: every variant a CPU runs, its tokens against the
+float32 reference, the guess per phase, the floor's arithmetic, transformers' generate on the
+same weights, bad input; and the reader on generation traces (a recorded CPU one, synthetic GPU
+ones: launch-bound and GPU-bound)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import torch
+
+import llama
+import tracereader
+from common import cli
+from tests.helpers import load_script, run_script
+from tracereader.commands import explain
+from tracereader.judge import findings
+from tracereader.trace import load as trace_reader
+
+SCRIPT = "08_generate"
+SMALL = ["--prompt", "12", "--new-tokens", "6", "--wait", "0", "--warmup-steps", "1"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The CPU's cores are shared: OpenMP's threads spin-waiting on a busy core cost a tiny
+    GEMM 16 ms instead of 3 us. One thread keeps the tiny model's steps in microseconds."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def generate(folder, *argv):
+    return run_script(SCRIPT, *SMALL, "--strict", "--traces-dir", str(folder), *argv)
+
+
+def trace_of(folder) -> trace_reader.Trace:
+    (path,) = (folder / SCRIPT).glob("*.json")
+    return trace_reader.load(path)
+
+
+@pytest.fixture(scope="module")
+def eager_run(tmp_path_factory):
+    """One eager run with a static cache and --bench, shared: its output and its trace."""
+    folder = tmp_path_factory.mktemp("eager")
+    torch.set_num_threads(1)
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = generate(folder, "--bench", "--batch", "2")
+    return code, printed.getvalue(), folder
+
+
+def test_eager_static_cache_gives_the_references_tokens_and_holds_its_guess(eager_run):
+    code, printed, folder = eager_run
+    assert code == 0, printed
+    assert "correctness: 2 of 2 sequences give the float32 reference's 6 greedy tokens" in printed
+    assert "MISMATCH" not in printed
+    assert "GEMMs by rows M, per step: {24: 14, 2: 1}" in printed  # prefill: B x P, head: B
+    assert "{2: 15} / {2: 15}" in printed  # decode: M = batch, every step
+    assert "attention read [[32], [32], [32]] keys" in printed  # static: all of it, 17 -> 32
+    assert "KV cache: 0.016 MiB held" in printed  # 2 x 2 x 2 x 16 x 32 x 2 bytes x 2
+    assert "decode:" in printed and "tokens/s" in printed  # --bench's median
+    name = next((folder / SCRIPT).glob("*.json")).name
+    assert name == "tiny_b2_p12_n6_bf16_static_eager_w0-1-3_cpu.json"
+    phases = tracereader.generation_steps(trace_of(folder))
+    assert [len(phases["prefill"]), len(phases["decode"])] == [1, 3]
+
+
+def test_the_reader_reads_prefill_and_decode_apart(eager_run, capsys):
+    _, _, folder = eager_run
+    trace = trace_of(folder)
+    read = tracereader.generation(trace)
+    assert read["decode"]["tokens"] == 3 and read["prefill"]["steps"] == 1
+    assert read["bound"] is None  # a CPU trace tells no launch- from bandwidth-bound
+    topics = [f.topic for f in findings.read(trace, everything=True)]
+    assert "generation" in topics and "cold start" not in topics and "variation" not in topics
+    (path,) = (folder / SCRIPT).glob("*.json")
+    assert explain.main([str(path)]) == 0
+    text = capsys.readouterr().out
+    line = text.splitlines()[1]
+    assert line.startswith("generation: decode ") and "per token" in line and "prefill" in line
+
+
+def test_a_dynamic_cache_reads_one_key_more_every_token(tmp_path, capsys):
+    assert generate(tmp_path, "--cache", "dynamic", "--dtype", "fp32") == 0
+    printed = capsys.readouterr().out
+    assert "attention read [[13], [14], [15]] keys" in printed  # prompt + 1, + 2, + 3
+    assert "KV cache: 0.008 MiB held" in printed  # fp32, 17 tokens, batch 1
+
+
+@pytest.mark.slow
+def test_the_compiled_decode_step_gives_the_same_tokens(tmp_path, capsys, monkeypatch):
+    # one layer: Inductor's C++ compile of the step is most of this test's time
+    monkeypatch.setitem(llama.PRESETS, "tiny", llama.Config(256, 64, 1, 4, 2, 192, context=256))
+    assert generate(tmp_path, "--compile", "--dtype", "fp32") == 0
+    printed = capsys.readouterr().out
+    assert "give the float32 reference's 6 greedy tokens exactly" in printed
+    assert "CPU op Torch-Compiled Region*          seen: in every step" in printed
+    assert "PROBLEM" not in printed  # prefill (eager) is not read as a recompile of decode
+
+
+@pytest.mark.slow
+def test_transformers_generate_on_the_same_weights_gives_the_same_tokens(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    assert generate(tmp_path, "--impl", "hf", "--batch", "2", "--dtype", "fp32") == 0
+    printed = capsys.readouterr().out
+    assert "2 of 2 sequences give the float32 reference's 6 greedy tokens exactly" in printed
+    phases = tracereader.generation_steps(trace_of(tmp_path))
+    assert [len(phases["prefill"]), len(phases["decode"])] == [1, 3]
+
+
+def test_the_cache_gives_what_recomputing_the_whole_sequence_gives():
+    lesson = load_script(SCRIPT)
+    torch.manual_seed(0)
+    cfg = llama.PRESETS["tiny"]
+    model = llama.build(cfg, 32, "cpu", torch.float32)
+    prompt = torch.randint(0, cfg.vocab, (2, 9))
+    tokens, logits = lesson.reference(model, prompt, 6)
+    seq = prompt
+    for i in range(6):  # no cache at all: the whole sequence every token
+        full = model(seq, torch.arange(seq.shape[1]), lesson.DynamicCache(cfg.layers))
+        torch.testing.assert_close(full, logits[:, i], rtol=1e-5, atol=1e-5)
+        seq = torch.cat([seq, full.argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(seq[:, 9:], tokens)
+
+
+def test_a_near_tie_explains_a_divergence_and_a_bug_does_not(capsys):
+    lesson = load_script(SCRIPT)
+    ref_tokens = torch.tensor([[3, 1, 2]])
+    logits = torch.zeros(1, 3, 8)
+    logits[0, 0, 3], logits[0, 1, 1], logits[0, 2, 2] = 1.0, 1.0, 1.0
+    logits[0, 1, 5] = 0.99  # a near tie at token 1: 5 is 0.01 below the reference's 1
+    lesson.agree(torch.tensor([[3, 5, 0]]), ref_tokens, logits, torch.bfloat16)
+    assert "parts from it at new token 1, a near tie" in capsys.readouterr().out
+    with pytest.raises(cli.MismatchError, match="at new token 0"):
+        lesson.agree(torch.tensor([[4, 1, 2]]), ref_tokens, logits, torch.bfloat16)
+
+
+def test_the_floor_is_the_weights_and_the_cache_over_the_copy_bandwidth():
+    lesson = load_script(SCRIPT)
+    cfg = llama.PRESETS["8b"]
+    assert cfg.params() == 8_030_261_248  # Llama-3-8B's parameter count
+    assert lesson.kv_arithmetic(cfg, tokens=1, batch=1, elt=2) == 131_072  # 128 KiB a token
+    v = lesson.Variant(cfg, 1, 512, 767, "static", "ours", False, True)
+    seconds, moved = lesson.floor_s(v, 256, 2, 3.0e12)
+    weights = (cfg.params() - cfg.vocab * cfg.dim - (2 * cfg.layers + 1) * cfg.dim) * 2
+    kv = 131_072 * (512 + 128)
+    activations = moved - weights - kv  # each GEMM's input and output rows: 160 KB a layer
+    assert 5e6 < activations < 6e6
+    assert seconds == pytest.approx(moved / 3.0e12) and 4.9e-3 < seconds < 5.1e-3
+
+
+def gpu_generation_trace(path, *, host_gap_us: float, graphs: bool) -> None:
+    """A synthetic GPU generation: a prefill step, then 3 decode steps of 4 kernels each,
+    launched one by one (a gap of host_gap_us before each) or by one cudaGraphLaunch."""
+    events, corr = [], 0
+
+    def cpu(name, ts, dur, cat="cpu_op"):
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts,
+                       "dur": dur, "args": {}})  # fmt: skip
+
+    def call(name, ts):
+        nonlocal corr
+        corr += 1
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1,
+                       "ts": ts, "dur": 3, "args": {"correlation": corr}})  # fmt: skip
+        return corr
+
+    def kernel(start, dur, correlation):
+        events.append({"ph": "X", "cat": "kernel", "name": "gemv2T_kernel_val", "pid": 0,
+                       "tid": 7, "ts": start, "dur": dur,
+                       "args": {"correlation": correlation, "device": 0, "stream": 7}})  # fmt: skip
+
+    cpu("ProfilerStep#2", 0, 500, cat="user_annotation")
+    cpu("prefill", 1, 490, cat="user_annotation")
+    kernel(10, 400, call("cudaLaunchKernel", 5))
+    for k in range(3):
+        t0 = 500 + 200 * k
+        cpu(f"ProfilerStep#{3 + k}", t0, 200, cat="user_annotation")
+        cpu("decode", t0 + 1, 190, cat="user_annotation")
+        if graphs:
+            launch = call("cudaGraphLaunch", t0 + 2)
+            for i in range(4):
+                kernel(t0 + 10 + 40 * i, 40, launch)
+        else:
+            for i in range(4):
+                start = t0 + 2 + i * (host_gap_us + 5)
+                kernel(start + host_gap_us, 5, call("cudaLaunchKernel", start))
+    trace = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
+             "traceEvents": events}  # fmt: skip
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+
+
+def test_a_launch_bound_decode_is_told_to_use_cuda_graphs(tmp_path):
+    path = tmp_path / "eager.json.gz"
+    gpu_generation_trace(path, host_gap_us=40, graphs=False)
+    trace = trace_reader.load(path)
+    read = tracereader.generation(trace)
+    assert read["bound"] == "launch" and read["decode"]["launches"] == {"kernel": 4}
+    (found,) = [f for f in findings.read(trace, everything=True) if f.topic == "generation"]
+    assert "launch-bound" in found.message and "CUDA graphs" in found.next
+    assert not [f for f in findings.read(trace, everything=True) if f.topic == "cold start"]
+
+
+def test_a_graph_replayed_decode_is_gpu_bound_and_told_to_batch(tmp_path):
+    path = tmp_path / "graphs.json.gz"
+    gpu_generation_trace(path, host_gap_us=0, graphs=True)
+    trace = trace_reader.load(path)
+    read = tracereader.generation(trace)
+    assert read["bound"] == "gpu" and read["decode"]["launches"] == {"graph": 1}
+    steps = tracereader.generation_steps(trace)["decode"]
+    assert all(tracereader.launch_calls(s) == {"graph": 1} for s in steps)
+    (found,) = [f for f in findings.read(trace, everything=True) if f.topic == "generation"]
+    assert "bandwidth-bound" in found.message and "more sequences per step" in found.next
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--prompt", "250", "--new-tokens", "8"], "do not fit the tiny preset's 256 positions"),
+        (["--new-tokens", "0"], "--new-tokens"),
+        (["--new-tokens", "1"], "at least 2"),
+        (["--batch", "100000000", "--prompt", "200"], "choose smaller sizes"),
+        (["--cuda-graphs"], "needs a CUDA GPU"),
+        (["--compile", "--cache", "dynamic"], "need --cache static"),
+        (["--impl", "hf", "--compile"], "--impl hf runs transformers' generate as it comes"),
+        (["--sweep-batch", "1,x"], "not a list of positive batches"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(argv, message, tmp_path, capsys):
+    assert run_script(SCRIPT, *argv, "--traces-dir", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.slow
+def test_the_batch_sweep_draws_tokens_per_second_against_batch(tmp_path, capsys):
+    assert generate(tmp_path, "--sweep-batch", "1,2,4", "--dtype", "fp32") == 0
+    printed = capsys.readouterr().out
+    assert "batch    4:" in printed
+    (png,) = (tmp_path / SCRIPT).glob("*_sweep.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

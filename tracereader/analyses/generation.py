@@ -1,0 +1,116 @@
+"""A generation's trace read as its two phases (08_generate, or any loop that annotates them):
+the steps holding a `prefill` range (the prompt at once) apart from those holding a `decode`
+range (one new token each). Prefill is not a slow decode step, so the per-token time, the GPU's
+wait on the host per token and the launches per token are read over the decode steps alone.
+
+Also what a decode step's guess is checked with: the runtime calls that put work on the GPU
+(a CUDA graph's launch against per-kernel launches), the rows M of its GEMMs (from
+record_shapes' input dims of aten::mm/addmm: batch x prompt in prefill, batch in decode) and
+the key length its attention read (the cache's)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from tracereader.analyses import breakdown, idle
+from tracereader.trace.model import Step, Trace
+
+PHASES = ("prefill", "decode")
+LAUNCH_BOUND = 0.30  # the GPU waits on the host this share of a token or more: launch-bound
+GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
+KERNEL_LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
+COPY_CALL = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset")
+GEMM_OPS = ("aten::mm", "aten::addmm")
+ATTENTION_OP = "aten::scaled_dot_product_attention"
+
+
+def split(trace: Trace) -> dict[str, list[Step]]:
+    """The recorded steps by the phase annotation they hold ({} for a trace with neither)."""
+    found: dict[str, list[Step]] = {p: [] for p in PHASES}
+    for step in trace.steps:
+        names = {op.name for op in step.cpu_ops if op.depth <= 1}
+        for phase in PHASES:
+            if phase in names:
+                found[phase].append(step)
+                break
+    return found if found["decode"] else {}
+
+
+def launch_calls(step: Step) -> Counter:
+    """The runtime calls of a step that put work on the GPU: graph, kernel, copy."""
+    kinds: Counter = Counter()
+    for call in step.runtime:
+        if call.name.startswith(GRAPH_LAUNCH):
+            kinds["graph"] += 1
+        elif call.name.startswith(KERNEL_LAUNCH):
+            kinds["kernel"] += 1
+        elif call.name.startswith(COPY_CALL):
+            kinds["copy"] += 1
+    return kinds
+
+
+def _dims(step: Step, names: tuple[str, ...]):
+    for op in step.cpu_ops:
+        dims = op.args.get("Input Dims") if op.name in names else None
+        if dims:  # a tuple of shapes, each a tuple (the loader's)
+            yield dims
+
+
+def gemm_rows(step: Step) -> Counter:
+    """The GEMMs' rows M (their first operand's), counted: empty without record_shapes or
+    where no CPU op issues them (a CUDA graph's replay)."""
+    return Counter(dims[0][0] for dims in _dims(step, GEMM_OPS) if dims[0])
+
+
+def key_lengths(step: Step) -> list[int]:
+    """The number of keys each attention call read (its key's dims [b, heads, keys, hd])."""
+    return [
+        dims[1][2] for dims in _dims(step, (ATTENTION_OP,)) if len(dims) > 1 and len(dims[1]) == 4
+    ]
+
+
+def _median(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def read(trace: Trace) -> dict | None:
+    """The two phases, each over its steps (None when the trace shows no decode step):
+    prefill's wall and GPU busy time; per decode token (the headline) its wall time, GPU busy,
+    the GPU's wait on the host, kernels and launch calls, and the verdict: launch-bound when
+    the GPU waits on the host LAUNCH_BOUND of a token or more, else GPU-bound."""
+    phases = split(trace)
+    if not phases:
+        return None
+    decode = phases["decode"]
+    rows = [breakdown.step(s) for s in decode]
+    gpu = trace.on_gpu  # a CPU trace has no GPU time to split
+    window = {id(s): p for s, p in zip(trace.steps, idle.split(trace), strict=True)}
+    waits = [window[id(s)]["host_wait_us"] for s in decode if id(s) in window] if gpu else [0.0]
+    per_token = _median([s.dur for s in decode])
+    launches = launch_calls(decode[-1])
+    out = {
+        "prefill": None,
+        "decode": {
+            "tokens": len(decode),
+            "per_token_us": per_token,
+            "gpu_busy_us": statistics.median(r["gpu_busy_us"] for r in rows) if gpu else None,
+            "host_wait_us": statistics.median(waits) if gpu else None,
+            "kernels": statistics.median(r["kernels"] for r in rows),
+            "launches": dict(launches),
+        },
+        "bound": None,
+    }
+    if phases["prefill"]:
+        prefill = phases["prefill"]
+        out["prefill"] = {
+            "steps": len(prefill),
+            "wall_us": statistics.median(s.dur for s in prefill),
+            "gpu_busy_us": statistics.median(breakdown.step(s)["gpu_busy_us"] for s in prefill)
+            if gpu
+            else None,
+        }
+    if gpu:
+        share = out["decode"]["host_wait_us"] / per_token["median"] if per_token["median"] else 0
+        out["bound"] = "launch" if share >= LAUNCH_BOUND else "gpu"
+    return out
