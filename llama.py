@@ -98,7 +98,9 @@ class Attention(nn.Module):
         group = c.heads // c.kv_heads
         q = q.reshape(b, c.kv_heads, group * s, c.head_dim)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(group, 1))
-        a = a.view(b, c.heads, s, c.head_dim).transpose(1, 2).reshape(b, s, -1)
+        a = (
+            a.reshape(b, c.heads, s, c.head_dim).transpose(1, 2).reshape(b, s, -1)
+        )  # SDPA may return it strided
         return self.o_proj(a)
 
 

@@ -245,7 +245,7 @@ def test_a_trace_with_no_gpu_event_is_not_overhead_bound(name):
 def test_a_closing_sync_that_drains_queued_work_is_not_blamed_on_the_profiler():
     trace = trace_reader.load(external("deepseek/train.json.gz"))
     (sync,) = [f for f in findings.read(trace) if f.topic == "profiler"]
-    assert "waits for GPU work still queued" in sync.message
+    assert "waits for the GPU to finish work still queued" in sync.message
     assert "flushing" not in sync.message
 
 

@@ -334,7 +334,8 @@ def text(
         )
     # the summary and the findings fit the screen; the listing's rows are a table of their
     # own (one kernel a row, its names cut to NAME_WIDTH), read with a pager
-    return "\n".join(filter(None, (fit(lines), "\n".join(listed))))
+    # the header names the trace's path, whatever its length: it stays whole
+    return "\n".join(filter(None, (lines[0], fit(lines[1:]), "\n".join(listed))))
 
 
 def _listing(reading: Reading, all_steps, max_ops, kernels, ops, step) -> list[str]:
