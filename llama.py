@@ -188,7 +188,12 @@ def hf_model(ours: Llama, max_len: int):
     )
     weight = next(ours.parameters())
     with torch.device(weight.device):
-        hf = LlamaForCausalLM(config).to(weight.dtype)
+        hf = LlamaForCausalLM(config)
+    # the parameters in the run's dtype, the buffers left in float32: `.to(bf16)` would round
+    # the rotary frequencies too, and at position 500 a 0.4% error in a frequency turns its
+    # angle by radians (seen on an H200: transformers' first token off by 0.98 logits' rms)
+    for param in hf.parameters():
+        param.data = param.data.to(weight.dtype)
     missing, unexpected = hf.load_state_dict(ours.state_dict(), strict=False)
     if unexpected or [m for m in missing if "rotary" not in m]:
         raise RuntimeError(f"weights not copied: missing {missing}, unexpected {unexpected}")

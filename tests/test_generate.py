@@ -115,6 +115,23 @@ def test_transformers_generate_on_the_same_weights_gives_the_same_tokens(tmp_pat
     assert [len(phases["prefill"]), len(phases["decode"])] == [1, 3]
 
 
+def test_transformers_model_keeps_its_rotary_frequencies_in_float32():
+    """A bf16 model handed to transformers: its weights bf16, its rotary frequencies float32
+    (rounded to bf16 they turn a far position's angle by radians: an H200 run's first token
+    parted from the reference at prompt 512), and its logits those of ours at position 240."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = llama.PRESETS["tiny"]
+    ours = llama.build(cfg, 256, "cpu", torch.bfloat16)
+    hf = llama.hf_model(ours, 256)
+    assert {p.dtype for p in hf.parameters()} == {torch.bfloat16}
+    assert all(b.dtype == torch.float32 for n, b in hf.named_buffers() if "inv_freq" in n)
+    tokens = torch.randint(0, cfg.vocab, (1, 241))
+    theirs = hf(tokens).logits[:, -1].float()
+    mine = ours(tokens, torch.arange(241), load_script(SCRIPT).DynamicCache(cfg.layers)).float()
+    assert (theirs - mine).pow(2).mean().sqrt() < 0.1 * mine.pow(2).mean().sqrt()
+
+
 def test_the_cache_gives_what_recomputing_the_whole_sequence_gives():
     lesson = load_script(SCRIPT)
     torch.manual_seed(0)

@@ -87,7 +87,12 @@ def read(trace: Trace) -> dict | None:
     gpu = trace.on_gpu  # a CPU trace has no GPU time to split
     window = {id(s): p for s, p in zip(trace.steps, idle.split(trace), strict=True)}
     waits = [window[id(s)]["host_wait_us"] for s in decode if id(s) in window] if gpu else [0.0]
-    per_token = _median([s.dur for s in decode])
+    # a token's time: the longer of the host's step and the GPU's window for it (with CUDA
+    # graphs the host queues a token in well under a millisecond; the GPU takes its time)
+    per_token = _median(
+        [max(s.dur, window[id(s)]["window_us"]) if gpu and id(s) in window else s.dur
+         for s in decode]
+    )  # fmt: skip
     launches = launch_calls(decode[-1])
     out = {
         "prefill": None,
