@@ -217,7 +217,7 @@ def main(argv=None) -> int:
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
     reading = tracereader.read_run(
-        stem, files, loaded={launch.rank: seen.trace}, link=bench_ranks.link(measured)
+        stem, files, loaded={launch.rank: seen.trace}, link=bench_ranks.link_of(measured)
     )
     print(tracereader.run_text(reading))
     print(f"all ranks, side by side: {cli.command_hint('explain', stem)}")

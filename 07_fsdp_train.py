@@ -374,10 +374,13 @@ def main(argv=None) -> int:
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once
+    link = tracereader.link_curve(torch.cuda.get_device_name(run.device), group.backend,
+                                  group.world) if run.on_gpu else None  # fmt: skip
     reading = tracereader.read_run(
         stem,
         files,
         each=lambda trace: checked.append(check_rank(trace, expect, want)),
+        link=link,  # each collective judged against the link's curve at its own size
         loaded={launch.rank: seen.trace},
     )
     for rank, (ok, text) in enumerate(checked):  # read_run goes through the ranks in order

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import tracereader
 from tests.helpers import ROOT
 from tests.test_tp_mlp import check
 from tracereader.analyses.linkcurve import LinkCurve, bus_factor
@@ -163,3 +164,39 @@ def test_bad_inputs_to_the_prediction_are_one_line(argv):
     proc = _predict(*argv)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert "Traceback" not in proc.stderr
+
+
+def _percents(text: str) -> list[float]:
+    import re
+
+    return [float(m) for m in re.findall(r"(\d+(?:\.\d+)?)% of the link", text)]
+
+
+@pytest.mark.parametrize(
+    "folder",
+    ["tests/fixtures/h200x4/07_fsdp_train", "tests/fixtures/h200x4/05_tp_mlp",
+     "tests/fixtures/h200x2/05_tp_mlp"],
+)  # fmt: skip
+def test_no_collective_of_a_real_run_reads_above_the_links_ceiling(folder):
+    """Every rank folder recorded on H200s, held against the curve measured on two H200s:
+    each kind's bus bandwidth at its own size at most 100% of the curve there, in the data and
+    on the screen (a faster kernel reads "at the link's ceiling", never above it)."""
+    from tracereader.render import ranks as ranks_text
+    from tracereader.trace.runs import runs_at
+
+    curve = LinkCurve.from_csv(H200_N2.read_text())
+    for stem, files in runs_at(ROOT / folder).items():
+        if len(files) != 2:
+            continue
+        result = tracereader.read_run(stem, files, link=curve)
+        rows = [result["collective"], *result["by_kind"]]
+        shares = [r["share_of_link"] for r in rows if r.get("share_of_link") is not None]
+        assert shares and all(0 < s <= 1.0 for s in shares)
+        assert all(p <= 100 for p in _percents(ranks_text.text(result)))
+
+
+def test_a_synthetic_run_faster_than_the_curve_reads_at_the_ceiling_not_above():
+    slow = synthetic(scale=0.5)  # a curve at half the bandwidth any real kernel reaches
+    judged = slow.judge("all-reduce", 12.6e6, 250 * GB)
+    assert judged.share == 1.0 and judged.above
+    assert "at the link's ceiling" in judged.text() and "%" not in judged.text()

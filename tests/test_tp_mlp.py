@@ -33,6 +33,7 @@ from tests.helpers import (
 from tools import tp_scaling
 from tools.dev import torchrun_check
 from tracereader import caches
+from tracereader.analyses.linkcurve import LinkCurve
 from tracereader.commands import compare, explain
 from tracereader.judge import expectations
 from tracereader.reading import read_run
@@ -437,25 +438,30 @@ def test_gpu_reading_comm_exposed_waits_and_bus_bandwidth(tmp_path):
     assert coll["bytes"] == TOKENS * DIM * 2 and coll["transfer_us"] == pytest.approx(45)
     busbw = 2 * (2 - 1) / 2 * TOKENS * DIM * 2 / 45e-6 / 1e9
     assert coll["bus_GBps"] == pytest.approx(busbw) and coll["link_GBps"] is None
-    assert "not measured on this machine yet" in ranks_text.text(result)
-    # with the link measured, the reading compares against it
-    link = {"bus_bytes_per_s": 400e9, "measured": "test"}
-    again = read_run(tmp_path / "run", runs[tmp_path / "run"], link=link)
+    assert "not measured at this size on this machine yet" in ranks_text.text(result)
+    # with the link's curve measured, the reading compares against it at the message's size
+    again = read_run(tmp_path / "run", runs[tmp_path / "run"], link=FLAT_400)
     assert again["collective"]["share_of_link"] == pytest.approx(busbw / 400)
-    assert "this all-reduce reaches" in ranks_text.text(again)
+    assert "of the link's ceiling at its size and kind" in ranks_text.text(again)
+
+
+# a link that gives every all-reduce from 1 MiB to 1 GiB 400 GB/s of bus bandwidth
+FLAT_400 = LinkCurve("NVIDIA H200", "nccl", 2, "test",
+                     {"all-reduce": ((2**20, 400e9), (2**30, 400e9))})  # fmt: skip
 
 
 def test_the_link_a_bench_run_cached_reaches_the_command_not_the_reading(tmp_path, capsys):
     gpu_rank_trace(tmp_path / "run_rank0.json.gz", 0, late_us=0)
     gpu_rank_trace(tmp_path / "run_rank1.json.gz", 1, late_us=50)
-    caches.store_link(caches.link_key("NVIDIA H200", "nccl", 2), 400e9, "test")
+    key = caches.link_curve_key("NVIDIA H200", "nccl", 2)
+    caches.store_link_curve(key, FLAT_400.to_csv())
     # one trace reads the same on every machine: the reading opens no cache ...
     files = {r: tmp_path / f"run_rank{r}.json.gz" for r in (0, 1)}
     reading = read_run(tmp_path / "run", files)
     assert reading["collective"]["bus_GBps"] and reading["collective"]["link_GBps"] is None
     # ... the command looks the link up and hands it over
     assert explain.main([str(tmp_path / "run")]) == 0
-    assert "the link: 400 GB/s (test): this all-reduce reaches" in capsys.readouterr().out
+    assert "the link at this size and kind: 400 GB/s (test):" in capsys.readouterr().out
 
 
 def test_a_missing_rank_is_a_problem_not_a_crash(tmp_path):

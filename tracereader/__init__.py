@@ -19,6 +19,7 @@ Its layers, each a folder or file, import only from the ones above them in this 
     commands/   explain and compare: argv -> reading -> render
 
 This module is the one door the lessons use: `load`, `read`, `read_run`, `run_text`,
+`link_curve` (the link this machine measured),
 `bytes_text`, `Expect`, `check`, and the lessons' own readings: the training phases
 (`phase_steps`, `phase_line`, `launched_under`, `collectives_by_phase`), 04_c's (`sdpa_row`,
 `host_time`) and 08's generation (`generation`, `generation_steps`, `gemm_rows`,
@@ -35,6 +36,7 @@ _DOOR = {
     "read": ("tracereader.reading", "Reading"),
     "read_run": ("tracereader.reading", "read_run"),
     "run_text": ("tracereader.render.ranks", "text"),
+    "link_curve": ("tracereader.commands.runs", "link_curve"),
     "bytes_text": ("tracereader.units", "bytes_text"),
     "Expect": ("tracereader.judge.expectations", "Expect"),
     "check": ("tracereader.judge.expectations", "check"),

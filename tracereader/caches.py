@@ -9,7 +9,6 @@ name and are renamed, so a reader never sees half a file.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -37,39 +36,6 @@ def save(file: Path, data: dict) -> None:
         os.replace(tmp, file)
     except OSError:
         pass  # an unwritable cache costs a re-measure next time, nothing more
-
-
-# --- the link's bandwidth, cached by --bench ------------------------------------------------
-
-
-def cache_path() -> Path:
-    return path("links.json")
-
-
-def link_key(device: str, backend: str, world: int) -> str:
-    return f"{device} | {backend} | {world} ranks"
-
-
-def _links() -> dict:
-    return load(cache_path())
-
-
-def cached_link(key: str) -> dict | None:
-    """{'bus_bytes_per_s': ..., 'measured': ...} for `key`, None if never measured."""
-    entry = _links().get(key)
-    if not isinstance(entry, dict):
-        return None
-    value = entry.get("bus_bytes_per_s")
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return None
-    return entry
-
-
-def store_link(key: str, bus_bytes_per_s: float, measured: str) -> None:
-    """Cache a measured link (written whole, then renamed: a reader never sees half)."""
-    cache = _links()
-    cache[key] = {"bus_bytes_per_s": bus_bytes_per_s, "measured": measured}
-    save(cache_path(), cache)
 
 
 def measured_stamp(what: str) -> str:

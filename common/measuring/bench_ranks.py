@@ -8,10 +8,12 @@ On a GPU the forward is timed with its calls queued between two CUDA events (a l
 throughput; the one-call cold-L2 number of the single-GPU lessons would need do_bench), and
 the host's dispatch apart. The slowest rank sets the pace of all: it is the number reported.
 
-The link: an all-reduce of a 256 MiB buffer, timed the same way, as bus bandwidth
-(2(N-1)/N x bytes / time, nccl-tests' busbw), measured once per kind of GPU, backend and rank
-count and cached beside the ceilings' cache (`tracereader.analyses.caches.cache_path()`;
---fresh-ceilings measures again). The multi-rank reading compares each traced all-reduce with it.
+The link: the all-reduce's bus bandwidth (2(N-1)/N x bytes / time, nccl-tests' busbw) at every
+size from 1 MiB to 1 GiB (common.measuring.link), the curve tools/dev/link_curve.py measures
+for all three kinds, measured once per kind of GPU, backend and rank count and cached
+(`tracereader.caches`; --fresh-ceilings measures again). The forward's all-reduce, and every
+traced one in the multi-rank reading, is judged against it at its own size: a ceiling taken at
+one size is no ceiling at another.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+import tracereader
 from common.cli import Run
-from common.measuring import bench, ceilings, timing, traffic
+from common.measuring import bench, ceilings, link, timing, traffic
 from common.torchrun import Group
 from tracereader import caches
+from tracereader.analyses.linkcurve import LinkCurve
 from tracereader.units import bytes_text
 
-LINK_BYTES = 1 << 28  # 256 MiB: past the size where an all-reduce's time is latency, not bandwidth
 # timed calls per rank (on a GPU queued between two CUDA events), and on a GPU how many times
 CALLS, GPU_REPEATS = 20, 7
 
@@ -42,8 +45,7 @@ class Measured:
     allreduce: list[timing.Timing] | None  # the forward's all-reduce alone, per rank
     reduced_bytes: int
     reduced_shape: str
-    link_bus_bytes_per_s: float | None
-    link_measured: str
+    link: LinkCurve | None  # the all-reduce's curve on this machine (None on a CPU, N = 1)
     link_cached: bool
     fresh_ceilings: bool  # --fresh-ceilings: rank 0's report measures them again
 
@@ -64,27 +66,25 @@ def _gathered(value) -> list:
     return out
 
 
-def _link(run: Run, group: Group, *, fresh: bool) -> tuple[float | None, str, bool]:
-    """The link's all-reduce bus bandwidth: (bytes/s, how measured, cached?)."""
+def _link(run: Run, group: Group, *, fresh: bool) -> tuple[LinkCurve | None, bool]:
+    """The link's all-reduce curve: (the curve, cached?)."""
     if not run.on_gpu or group.world == 1:
-        return None, "", False
-    key = caches.link_key(torch.cuda.get_device_name(run.device), group.backend, group.world)
-    found = None if fresh else caches.cached_link(key)
+        return None, False
+    name = torch.cuda.get_device_name(run.device)
+    curve = None if fresh else tracereader.link_curve(name, group.backend, group.world)
+    if curve is not None and "all-reduce" not in curve.points:
+        curve = None
     # Measure if any rank lacks it: the measurement is a collective, all must take part.
-    need = torch.tensor([int(found is None)], device=run.device)
+    need = torch.tensor([int(curve is None)], device=run.device)
     dist.all_reduce(need, op=dist.ReduceOp.MAX)
-    if not need.item() and found is not None:
-        return float(found["bus_bytes_per_s"]), str(found.get("measured", "")), True
-    buf = torch.zeros(LINK_BYTES // 2, dtype=torch.bfloat16, device=run.device)
-    seconds = max(t.median_s for t in _gathered(time_fixed(lambda: dist.all_reduce(buf), run)))
-    bus = 2 * (group.world - 1) / group.world * LINK_BYTES / seconds
-    measured = caches.measured_stamp(
-        f"{LINK_BYTES >> 20} MiB bf16 all-reduce over {group.world} ranks, {group.backend}, "
-        f"torch {torch.__version__}"
-    )
+    if not need.item() and curve is not None:
+        return curve, True
+    curve = link.measure(run, world=group.world, backend=group.backend, device_name=name,
+                         kinds=("all-reduce",))  # fmt: skip
     if group.rank == 0:
-        caches.store_link(key, bus, measured)
-    return bus, measured, False
+        caches.store_link_curve(caches.link_curve_key(name, group.backend, group.world),
+                                curve.to_csv())  # fmt: skip
+    return curve, False
 
 
 def measure(
@@ -104,7 +104,7 @@ def measure(
     if group.world > 1:
         buf = torch.zeros_like(reduced)
         allreduce = _gathered(time_fixed(lambda: dist.all_reduce(buf), run))
-    bus, measured, cached = _link(run, group, fresh=args.fresh_ceilings)
+    curve, cached = _link(run, group, fresh=args.fresh_ceilings)
     return Measured(
         world=group.world,
         forward=forward,
@@ -112,8 +112,7 @@ def measure(
         allreduce=allreduce,
         reduced_bytes=reduced.numel() * reduced.element_size(),
         reduced_shape=f"{str(reduced.dtype).removeprefix('torch.')} {list(reduced.shape)}",
-        link_bus_bytes_per_s=bus,
-        link_measured=measured,
+        link=curve,
         link_cached=cached,
         fresh_ceilings=args.fresh_ceilings,
     )
@@ -124,11 +123,10 @@ def _slowest(timings: list[timing.Timing]) -> tuple[int, float]:
     return rank, timings[rank].median_s
 
 
-def link(m: Measured | None) -> dict | None:
-    """The link --bench measured (or found cached), as the multi-rank reading takes it."""
-    if m is None or not m.link_bus_bytes_per_s:
-        return None
-    return {"bus_bytes_per_s": m.link_bus_bytes_per_s, "measured": m.link_measured}
+def link_of(m: Measured | None) -> LinkCurve | None:
+    """The link's curve --bench measured (or found cached), as the multi-rank reading takes
+    it."""
+    return m.link if m is not None else None
 
 
 def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
@@ -167,11 +165,13 @@ def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
             f"{bench.us(alone)} -> bus bandwidth 2(N-1)/N x bytes / time = {bus / 1e9:.3g} GB/s, "
             f"{alone / forward:.0%} of the forward's time"
         )
-        if m.link_bus_bytes_per_s:
+        judged = m.link.judge("all-reduce", m.reduced_bytes, bus) if m.link else None
+        if judged is not None and judged.ceiling_bytes_per_s:
             print(
-                f"  the link: {m.link_bus_bytes_per_s / 1e9:.0f} GB/s ({m.link_measured})"
-                f"{' [cached]' if m.link_cached else ''}: the forward's all-reduce reaches "
-                f"{bus / m.link_bus_bytes_per_s:.0%} of it"
+                f"  the link at {bytes_text(m.reduced_bytes)}: "
+                f"{judged.ceiling_bytes_per_s / 1e9:.0f} GB/s ({m.link.measured})"
+                f"{' [cached]' if m.link_cached else ''}: the forward's all-reduce is at "
+                f"{judged.text()}"
             )
         elif not run.on_gpu:
             print("  the link: not measured on a CPU (gloo over loopback is no link to speak of)")
@@ -182,6 +182,7 @@ def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
         summary += f" host_us={_slowest(m.host)[1] * 1e6:.2f}"
     if m.allreduce:
         summary += f" allreduce_us={_slowest(m.allreduce)[1] * 1e6:.2f} bus_GBps={bus / 1e9:.2f}"
-    if m.link_bus_bytes_per_s:
-        summary += f" link_GBps={m.link_bus_bytes_per_s / 1e9:.1f}"
+    top = m.link.ceiling("all-reduce", m.reduced_bytes) if m.link else None
+    if top:
+        summary += f" link_GBps={top / 1e9:.1f}"  # the curve at the forward's all-reduce size
     print(summary)

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from tracereader.analyses import collectives as coll
+from tracereader.analyses.linkcurve import LinkCurve
 from tracereader.analyses.ranks import RankReading
 
 
@@ -15,9 +16,9 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def analyse(stem: Path, readings: list[RankReading], link: dict | None = None) -> dict:
-    """The ranks of one run side by side; `link` is the link's measured bandwidth
-    ({'bus_bytes_per_s', 'measured'}, see with_link), None where unknown."""
+def analyse(stem: Path, readings: list[RankReading], link: LinkCurve | None = None) -> dict:
+    """The ranks of one run side by side; `link` is the link's measured curve (bus bandwidth
+    against size, per kind: analyses.linkcurve), None where unknown."""
     problems = [note for r in readings for note in r.notes]
     by_rank: dict[int, RankReading] = {}
     for reading in readings:
@@ -66,8 +67,10 @@ def analyse(stem: Path, readings: list[RankReading], link: dict | None = None) -
         )
 
     steps_out, transfers, sizes, shapes = [], [], [], Counter()
-    waits: dict[int, list[float]] = {r: [] for r in ranks}
+    waits: dict[int, list[float]] = {r: [] for r in ranks}  # per step: the wait inside it
     for name in common:
+        for r in ranks:
+            waits[r].append(0.0)
         starts = {r: step_of[r][name].ts for r in ranks}
         first, last = min(starts, key=starts.get), max(starts, key=starts.get)
         entry = {
@@ -106,7 +109,7 @@ def analyse(stem: Path, readings: list[RankReading], link: dict | None = None) -
                 for r, call in calls.items():
                     wait = min(max(calls[arrival].ts - call.ts, 0.0), call.dur)
                     item["wait_us"][str(r)] = wait
-                    waits[r].append(wait)
+                    waits[r][-1] += wait
                 launches = {r: c.launch_ts for r, c in calls.items() if c.launch_ts is not None}
                 if len(launches) == len(calls) and len(calls) > 1:
                     # The last rank's host launched last too: its host is late; else its GPU
@@ -120,7 +123,15 @@ def analyse(stem: Path, readings: list[RankReading], link: dict | None = None) -
         steps_out.append(entry)
     if on_gpu:
         for row in per_rank:
+            # per step, the time this rank's collectives spent waiting for the last rank to
+            # arrive: exposed time that is another rank's lateness, not the link's
             row["wait_us"] = _median(waits[row["rank"]])
+            exposed = [
+                max(s.exposed_us - w, 0.0)
+                for s, w in zip((step_of[row["rank"]][n] for n in common), waits[row["rank"]],
+                                strict=True)
+            ]  # fmt: skip
+            row["exposed_less_waits_us"] = _median(exposed)
 
     skews = [s["skew_us"] for s in steps_out]
     lasts = Counter(s["last"] for s in steps_out)
@@ -141,7 +152,7 @@ def analyse(stem: Path, readings: list[RankReading], link: dict | None = None) -
             if "bus_GBps" in c:
                 row["bus"].append(c["bus_GBps"])
     late = Counter(c["late"] for s in steps_out for c in s["collectives"] if "late" in c)
-    return {
+    result = {
         "run": str(stem),
         "world": world,
         "ranks": ranks,
@@ -175,26 +186,39 @@ def analyse(stem: Path, readings: list[RankReading], link: dict | None = None) -
             "shape": shapes.most_common(1)[0][0] if shapes else "",
             "transfer_us": _median(transfers),
             "bus_GBps": median_bus,
-            **_against(median_bus, link if on_gpu and bus else None),
         },
     }
+    return with_link(result, link)
 
 
-def _against(bus_GBps: float | None, link: dict | None) -> dict:
+def _against(kind: str, nbytes, bus_GBps: float | None, link: LinkCurve | None) -> dict:
+    """One collective kind's bus bandwidth held against the link's curve at its own size and
+    kind: its share of the ceiling there (at most 1: faster than the curve reads as at it)."""
+    judged = link.judge(kind, nbytes or 0, (bus_GBps or 0) * 1e9) if link else None
+    ceiling = judged.ceiling_bytes_per_s if judged else None
     return {
-        "link_GBps": link["bus_bytes_per_s"] / 1e9 if link else None,
-        "link_measured": link.get("measured") if link else None,
-        "share_of_link": bus_GBps / (link["bus_bytes_per_s"] / 1e9) if link and bus_GBps else None,
+        "link_GBps": ceiling / 1e9 if ceiling else None,
+        "link_measured": link.measured if link else None,
+        "share_of_link": judged.share if judged else None,
+        "above_link": judged.above if judged else False,
+        "link_reading": judged.text() if judged and ceiling else None,
     }
 
 
-def with_link(result: dict, link: dict | None) -> dict:
-    """`result` (analyse's) held against a link measured elsewhere: its collectives' bus
-    bandwidth as a share of the link's. No link for a CPU run or one with no bandwidth."""
-    coll = result["collective"]
-    if result["device"] is None or coll["bus_GBps"] is None:
+def with_link(result: dict, link: LinkCurve | None) -> dict:
+    """`result` (analyse's) held against the link's curve measured elsewhere: each kind's bus
+    bandwidth at its own size as a share of the curve's there. No link for a CPU run."""
+    if result["device"] is None:
         return result
-    return {**result, "collective": {**coll, **_against(coll["bus_GBps"], link)}}
+    coll = result["collective"]
+    kind = result["by_kind"][0]["kind"] if len(result["by_kind"]) == 1 else "all-reduce"
+    return {
+        **result,
+        "collective": {**coll, **_against(kind, coll["bytes"], coll["bus_GBps"], link)},
+        "by_kind": [
+            {**k, **_against(k["kind"], k["bytes"], k["bus_GBps"], link)} for k in result["by_kind"]
+        ],
+    }
 
 
 def _mean(rows: list[dict], key: str) -> float | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from tracereader import caches
 from tracereader.analyses.cross_ranks import compare as compare_runs
 from tracereader.analyses.cross_ranks import with_link
+from tracereader.analyses.linkcurve import LinkCurve
 from tracereader.commands.shared import stdout_closed
 from tracereader.reading import Reading, read_run
 from tracereader.render.ranks import compare_text, text
@@ -22,13 +23,23 @@ def _fail(message: str) -> int:
 
 
 def _read(stem: Path, files: dict[int, Path], each=None) -> dict:
-    """The run's reading, held against the link this machine measured (a lesson's --bench
-    cached it), where it has."""
+    """The run's reading, held against the link's curve this machine measured
+    (tools/dev/link_curve.py or a lesson's --bench cached it), where it has."""
     result = read_run(stem, files, each)
     if not (result["device"] and result["backend"]):
         return result
-    key = caches.link_key(result["device"], result["backend"], result["world"])
-    return with_link(result, caches.cached_link(key))
+    return with_link(result, link_curve(result["device"], result["backend"], result["world"]))
+
+
+def link_curve(device: str, backend: str, world: int) -> LinkCurve | None:
+    """The link's curve this machine measured for `world` ranks of `device` over `backend`
+    (tools/dev/link_curve.py or a lesson's --bench cached it); None where never measured or
+    damaged (the next measurement writes it anew)."""
+    found = caches.cached_link_curve(caches.link_curve_key(device, backend, world))
+    try:
+        return LinkCurve.from_csv(found) if found else None
+    except ValueError:
+        return None
 
 
 def explain_main(args) -> int:

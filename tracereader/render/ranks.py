@@ -19,7 +19,7 @@ def text(result: dict) -> str:
     lane = "GPU work" if on_gpu else "CPU time on the step's thread"
     lines.append(f"per rank ({lane}, us; each column its own median over the recorded steps):")
     header = f"  {'rank':>4} {'step':>10} {'compute':>10} {'comm':>10} {'exposed':>10}"
-    header += f" {'comm share':>11}" + (f" {'waits':>8}" if on_gpu else "")
+    header += f" {'comm share':>11}" + (f" {'waits':>8} {'exposed-waits':>13}" if on_gpu else "")
     lines.append(header)
     for row in result["per_rank"]:
         busy = (row["compute_us"] or 0) + (row["comm_us"] or 0)
@@ -29,12 +29,13 @@ def text(result: dict) -> str:
             f"{cell(row['comm_us']):>10} {cell(row['exposed_us']):>10} {share:>11}"
         )
         if on_gpu:
-            line += f" {cell(row['wait_us']):>8}"
+            line += f" {cell(row['wait_us']):>8} {cell(row.get('exposed_less_waits_us')):>13}"
         lines.append(line)
     if on_gpu:
         lines.append(
-            "  (step: the CPU's ProfilerStep; waits: time inside the collectives spent waiting "
-            "for the last rank to arrive)"
+            "  (step: the CPU's ProfilerStep; waits: per step, the time this rank's collectives "
+            "spent waiting for the last rank to arrive; exposed-waits: the exposed time that is "
+            "not such waiting, the link's own share)"
         )
     skew, straggler = result["skew_us"], result["straggler"]
     if len(result["ranks"]) > 1 and skew["median"] is not None:
@@ -78,21 +79,23 @@ def text(result: dict) -> str:
                 f"bus bandwidth (nccl-tests' factor per kind) = {coll['bus_GBps']:.1f} GB/s"
             )
             lines.append(line)
-            if coll["link_GBps"]:
+            if coll.get("link_reading"):
                 lines.append(
-                    f"  the link: {coll['link_GBps']:.0f} GB/s ({coll['link_measured']}): this "
-                    f"all-reduce reaches {coll['share_of_link']:.0%} of it"
-                    + (" (a small message is latency-bound)" if coll["share_of_link"] < 0.5 else "")
+                    f"  the link at this size and kind: {coll['link_GBps']:.0f} GB/s "
+                    f"({coll['link_measured']}): {coll['link_reading']}"
                 )
             else:
                 lines.append(
-                    "  the link: not measured on this machine yet (run the lesson with --bench)"
+                    "  the link: not measured at this size on this machine yet (python -m "
+                    "tools.dev.link_curve under torchrun, or the lesson's --bench)"
                 )
         else:
             lines.append("  bus bandwidth: unknown (the collective's size was not recorded)")
     for k in result.get("by_kind", []):
         if len(result.get("by_kind", [])) > 1 or k["kind"] != "all-reduce":
             bus = f", bus {k['bus_GBps']:.1f} GB/s" if k["bus_GBps"] else ""
+            if k.get("link_reading"):
+                bus += f": {k['link_reading']}"
             lines.append(
                 f"  {k['kind']}: {k['count']} in all, median {bytes_text(k['bytes'])}, "
                 f"transfer {cell(k['transfer_us'])} us{bus}"
