@@ -32,6 +32,9 @@ _PHASES = (
 )
 
 
+SMALL = 0.05  # the step's time left after the backward, below this share, joins its neighbour
+
+
 @functools.lru_cache(maxsize=4096)  # names repeat: every op's ancestors are asked each time
 def _phase(name: str) -> str | None:
     for phase, pattern in _PHASES:
@@ -130,8 +133,16 @@ def _split(s: Step) -> tuple | None:
     # whatever closes the step (a sync, a loss read, data loading): "other".
     backward = min((m.ts for m in outermost if _phase(m.name) == "backward"), default=None)
     split_at = backward if backward is not None else s.end
-    for phase, part in ((default, intervals.intersect(left, [(s.ts, split_at)])),
-                        ("other", intervals.intersect(left, [(split_at, s.end)]))):  # fmt: skip
+    after = intervals.intersect(left, [(split_at, s.end)])
+    pieces = [(default, intervals.intersect(left, [(s.ts, split_at)]))]
+    if intervals.length(after) >= SMALL * s.dur:
+        pieces.append(("other", after))
+    else:  # slivers between the phases (the loop's own steps): the phase they follow
+        ends = sorted((m.end, _phase(m.name)) for m in outermost)
+        for start, end in after:
+            before = [phase for stop, phase in ends if stop <= start]
+            pieces.append((before[-1] if before else default, [(start, end)]))
+    for phase, part in pieces:
         if part:
             cpu[phase] = intervals.union([*cpu.get(phase, []), *part])
             order.setdefault(phase, part[0][0])
