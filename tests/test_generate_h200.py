@@ -85,3 +85,16 @@ def test_explain_puts_the_gpus_per_token_time_in_its_headline(capsys):
     assert explain.main([str(FOLDER / f"{STEM}graphs_compile.json.gz")]) == 0
     line = capsys.readouterr().out.splitlines()[1]
     assert line.startswith("generation: decode 5984.3 us per token") and "prefill 41.5 ms" in line
+
+
+def test_compare_times_two_generations_by_their_tokens(capsys):
+    """compare on two generations: the tokens' times, prefill apart (with it in the spread,
+    5.98 against 7.65 ms read "not measurably different"), and a kernel group that only
+    prefill runs in A (median 0 us a step) no division by zero."""
+    from tracereader.commands import compare
+
+    a, b = (str(FOLDER / f"{STEM}{mode}.json.gz") for mode in ("graphs_compile", "graphs_eager"))
+    assert compare.main([a, b]) == 0
+    verdict = capsys.readouterr().out.split("verdict: ", 1)[1]
+    assert verdict.startswith("B is slower: step 5984.3 us -> 7649.4 us (1.28x")
+    assert "runs where A's median step has none" in verdict
