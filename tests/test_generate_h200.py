@@ -1,0 +1,100 @@
+"""The reader on 08_generate's real H200 traces (tests/fixtures/h200/08_generate: the 8b preset,
+batch 1, prompt 512, bf16, a prefill step then 3 decode steps each): eager, CUDA graphs, and
+compile + CUDA graphs. What they showed: docs/observations.md, "08_generate.py on an H200"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tracereader
+from tracereader.commands import explain
+from tracereader.judge import findings
+from tracereader.trace import load as trace_reader
+
+FOLDER = Path(__file__).parent / "fixtures/h200/08_generate"
+STEM = "8b_b1_p512_n256_bf16_static_"
+LAYERS = 32
+GEMMS = 7 * LAYERS + 1  # q, k, v, o, gate, up, down per layer, and the head
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return {
+        mode: trace_reader.load(FOLDER / f"{STEM}{mode}.json.gz")
+        for mode in ("eager", "graphs_eager", "graphs_compile")
+    }
+
+
+@pytest.mark.parametrize("mode", ["eager", "graphs_eager", "graphs_compile"])
+def test_prefill_and_decode_are_read_apart(traces, mode):
+    trace = traces[mode]
+    phases = tracereader.generation_steps(trace)
+    assert [len(phases["prefill"]), len(phases["decode"])] == [1, 3]
+    # prefill: the layers' GEMMs with M = batch x prompt, the head's with M = batch
+    assert tracereader.gemm_rows(phases["prefill"][0]) == {512: 7 * LAYERS, 1: 1}
+    read = tracereader.generation(trace)
+    assert read["prefill"]["steps"] == 1 and read["decode"]["tokens"] == 3
+    # prefill's 15.6 ms of GPU work is not taken for a slow token
+    assert 15_000 < read["prefill"]["gpu_busy_us"] < 16_500
+    assert read["decode"]["gpu_busy_us"] < 7_000
+    # ranked findings: prefill is neither a cold start nor a step-to-step variation (the only
+    # variation left, below the screen's 1% cut, is a 2 us kernel's 0.3-0.7 us between tokens)
+    topics = [f.topic for f in findings.read(trace)]
+    assert "generation" in topics and "cold start" not in topics and "variation" not in topics
+    hidden = [f.message for f in findings.read(trace, everything=True) if f.topic == "variation"]
+    assert all(" ms" not in m and "prefill" not in m for m in hidden), hidden
+
+
+def test_eager_decode_is_launch_bound_the_gpu_waiting_most_of_a_token(traces):
+    read = tracereader.generation(traces["eager"])
+    decode = read["decode"]
+    assert read["bound"] == "launch"
+    assert decode["host_wait_us"] > 0.5 * decode["per_token_us"]["median"]  # 84% on the H200
+    assert decode["kernels"] == 1257
+    assert decode["launches"] == {"kernel": 1257, "copy": 33}  # each kernel from the host
+    steps = tracereader.generation_steps(traces["eager"])["decode"]
+    assert all(tracereader.gemm_rows(s) == {1: GEMMS} for s in steps)  # GEMVs at batch 1
+
+
+@pytest.mark.parametrize(("mode", "kernels"), [("graphs_eager", 1257), ("graphs_compile", 620)])
+def test_a_graph_replay_is_one_launch_per_token_and_gpu_bound(traces, mode, kernels):
+    trace = traces[mode]
+    steps = tracereader.generation_steps(trace)["decode"]
+    assert all(tracereader.launch_calls(s) == {"graph": 1} for s in steps)
+    read = tracereader.generation(trace)
+    assert read["bound"] == "gpu" and read["decode"]["host_wait_us"] < 100
+    assert read["decode"]["kernels"] == kernels  # the same kernels, replayed
+
+
+@pytest.mark.parametrize(("mode", "low", "high"), [("graphs_eager", 7_000, 8_000),
+                                                   ("graphs_compile", 5_500, 6_500)])  # fmt: skip
+def test_a_graphs_token_takes_the_gpus_time_not_the_hosts_step(traces, mode, low, high):
+    """The host queues a replay in 0.6-1.8 ms; the GPU runs the token in 6-7.7 ms. The reader's
+    per-token time is the GPU's (the lesson's bench: 7.38 and 5.79 ms without the profiler)."""
+    trace = traces[mode]
+    steps = tracereader.generation_steps(trace)["decode"]
+    assert max(s.dur for s in steps) < 2_000  # the host's step: sub-ms to 1.8 ms
+    per_token = tracereader.generation(trace)["decode"]["per_token_us"]
+    assert low < per_token["min"] <= per_token["median"] <= per_token["max"] < high
+    assert per_token["median"] > tracereader.generation(trace)["decode"]["gpu_busy_us"]
+
+
+def test_explain_puts_the_gpus_per_token_time_in_its_headline(capsys):
+    assert explain.main([str(FOLDER / f"{STEM}graphs_compile.json.gz")]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith("generation: decode 5984.3 us per token") and "prefill 41.5 ms" in line
+
+
+def test_compare_times_two_generations_by_their_tokens(capsys):
+    """compare on two generations: the tokens' times, prefill apart (with it in the spread,
+    5.98 against 7.65 ms read "not measurably different"), and a kernel group that only
+    prefill runs in A (median 0 us a step) no division by zero."""
+    from tracereader.commands import compare
+
+    a, b = (str(FOLDER / f"{STEM}{mode}.json.gz") for mode in ("graphs_compile", "graphs_eager"))
+    assert compare.main([a, b]) == 0
+    verdict = capsys.readouterr().out.split("verdict: ", 1)[1]
+    assert verdict.startswith("B is slower: step 5984.3 us -> 7649.4 us (1.28x")
+    assert "runs where A's median step has none" in verdict
