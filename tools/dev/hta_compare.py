@@ -436,11 +436,14 @@ def _reader_collectives(reader: dict) -> dict | None:
 
 
 def _reader_idle_split(reader: dict) -> dict | None:
-    """The reader's idle split summed over its steps, in HTA's kind names."""
+    """The reader's idle split summed over its steps, in HTA's kind names, its host wait
+    without the trace's two ends (HTA counts only gaps between two kernels)."""
     steps = [s["idle_us"] for s in reader.get("steps") or [] if s.get("idle_us")]
     if not steps:
         return None
-    return {k: sum(s.get(f"{k}_us", 0.0) for s in steps) for k in IDLE_KINDS}
+    out = {k: sum(s.get(f"{k}_us", 0.0) for s in steps) for k in IDLE_KINDS}
+    out["host_wait"] -= sum(s.get("edge_us", 0.0) for s in steps)
+    return out
 
 
 def _gap(a, b) -> float | None:

@@ -40,7 +40,9 @@ def windows(trace: Trace) -> list[tuple[float, float]]:
 
 def split(trace: Trace) -> list[dict]:
     """Per step: window_us, busy_us (GPU work of any step inside the window, union), and its
-    idle time by kind (host_wait_us, kernel_wait_us, other_us); they add up to window_us."""
+    idle time by kind (host_wait_us, kernel_wait_us, other_us); they add up to window_us.
+    edge_us is the part of host_wait_us at the trace's ends (before its first GPU work, after
+    its last), which HTA, counting gaps between two kernels, leaves out."""
     return _read(trace)[1]
 
 
@@ -88,7 +90,7 @@ def _compute(trace: Trace):
 
     rows = []
     for lo, hi in bounds:
-        busy = host = kernel = other = 0.0
+        busy = host = kernel = other = edge = 0.0
         k = max(bisect_right(opens, lo) - 1, 0)
         cursor = lo
         while cursor < hi:
@@ -105,7 +107,10 @@ def _compute(trace: Trace):
             gap_end = union[k][0] if k < len(union) else float("inf")
             stop = min(gap_end, hi)
             part = stop - cursor
-            if k >= len(union) or gap_start == float("-inf") or union[k][2] > gap_start:
+            if k >= len(union) or gap_start == float("-inf"):
+                host += part  # before the trace's first GPU work or after its last
+                edge += part
+            elif union[k][2] > gap_start:
                 host += part  # nothing queued: the next work was launched after the GPU freed
             elif gap_end - gap_start < KERNEL_WAIT_US:
                 kernel += part
@@ -118,5 +123,6 @@ def _compute(trace: Trace):
             "host_wait_us": host,
             "kernel_wait_us": kernel,
             "other_us": other,
+            "edge_us": edge,  # host wait at the trace's ends, no GPU work on one side of it
         })  # fmt: skip
     return bounds, rows
