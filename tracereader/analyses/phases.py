@@ -15,7 +15,7 @@ import functools
 import re
 
 from tracereader.trace import intervals
-from tracereader.trace.model import CpuOp, Step, ancestors
+from tracereader.trace.model import CpuOp, Step, ancestors, per_step
 
 _PHASES = (
     (
@@ -54,6 +54,7 @@ def _marker(op: CpuOp | None) -> CpuOp | None:
     return found
 
 
+@per_step  # the summary and the findings both ask
 def step(s: Step) -> list[dict]:
     """[{phase, cpu_us, gpu_us}] in the order the phases first appear; [] when the step
     shows no phase but the default one.
