@@ -120,6 +120,7 @@ def command(
         *SHAPES[shape],
         *MODES[mode],
         "--bench",
+        "--strict",  # a run whose trace breaks its guess exits 3: its row says so
         "--device",
         device,
         "--traces-dir",

@@ -33,6 +33,8 @@ from tracereader import caches
 from tracereader.analyses.linkcurve import LinkCurve
 from tracereader.units import bytes_text
 
+# the largest buffer the link's measurement allocates (a lesson's memory estimate counts it)
+LINK_BYTES = 2 * link.HIGH  # an all-gather's output and input
 # timed calls per rank (on a GPU queued between two CUDA events), and on a GPU how many times
 CALLS, GPU_REPEATS = 20, 7
 

@@ -15,6 +15,7 @@ from common.measuring import bench_ranks
 from tracereader.analyses.linkcurve import KINDS, LinkCurve, bus_factor
 
 DTYPE = torch.bfloat16  # what the lessons' collectives move (FSDP's reduce-scatter: fp32)
+HIGH = 1 << 30  # the largest message measured by default: 1 GiB, where NVLink saturates
 
 
 def sizes(low: int, high: int) -> list[int]:
@@ -45,7 +46,7 @@ def measure(
     device_name: str,
     kinds=KINDS,
     low: int = 1 << 20,
-    high: int = 1 << 30,
+    high: int = HIGH,
     calls: int = 10,
     repeats: int = 5,
     progress: Callable[[str], None] | None = None,
