@@ -172,7 +172,7 @@ def report(m: Measured, *, run: Run, model: list[traffic.Kernel]) -> None:
             print(
                 f"  the link at {bytes_text(m.reduced_bytes)}: "
                 f"{judged.ceiling_bytes_per_s / 1e9:.0f} GB/s ({m.link.measured})"
-                f"{' [cached]' if m.link_cached else ''}: the forward's all-reduce is at "
+                f"{' [cached]' if m.link_cached else ''}: the forward's all-reduce: "
                 f"{judged.text()}"
             )
         elif not run.on_gpu:
