@@ -6,6 +6,7 @@ Bad input must cost the user one clear line on stderr and exit code 2, never a t
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -293,8 +294,9 @@ def available_ram() -> int | None:
 
 
 def _gib(nbytes: float) -> str:
-    gib = nbytes / 2**30
-    return f"{gib:.1f}" if gib < 1e6 else f"{gib:.2g}"  # absurd sizes stay one short line
+    if nbytes >= 2**30 * 10**6:  # absurd sizes stay one short line, past the float range too
+        return f"10^{int(math.log10(nbytes) - math.log10(2**30))}"
+    return f"{nbytes / 2**30:.1f}"
 
 
 def ensure_fits(nbytes: int, run: Run) -> None:

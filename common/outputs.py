@@ -101,8 +101,17 @@ def check_writable(folder: Path, names: list[str]) -> None:
     """Prove, before expensive work and without leaving anything, that `names` can be written
     into `folder` (which may not exist yet): the nearest existing ancestor is a writable
     folder, and every name that would be created fits the file system's limits."""
-    base = _existing_ancestor(folder.absolute())
     where = f"cannot write to {folder}"
+    for candidate in [folder.absolute(), *folder.absolute().parents]:
+        if os.path.islink(candidate) and not _exists(candidate):
+            raise UsageError(
+                f"{where}: {candidate} is a link that leads nowhere (dangling, or a loop of links)"
+            )
+    for name in names:  # what is there now is replaced: a file may be, a folder cannot
+        there = folder / name
+        if os.path.lexists(there) and not os.path.isfile(there):
+            raise UsageError(f"{where}: {there} is there and is not a file; move it away")
+    base = _existing_ancestor(folder.absolute())
     if not base.is_dir():
         raise UsageError(f"{where}: {base} is not a folder")
     try:

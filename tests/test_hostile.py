@@ -383,3 +383,237 @@ def test_ctrl_c_in_explain_is_exit_130_and_one_line(tmp_path):
     if proc.returncode == 0:
         pytest.skip("explain finished before the signal came")
     said_once(proc.returncode, err, want=130, words="interrupted")
+
+
+# --- 2. the lessons: sizes past the float range, --traces-dir that cannot be written ----------
+
+HUGE_SIZE = "9" * 400
+LESSON_SIZES = [
+    ("01_matmul_add", "--size"),
+    ("02_linear", "--batch"),
+    ("02_linear", "--in_dim"),
+    ("02_linear", "--out_dim"),
+    ("03_simple_mlp", "--batch"),
+    ("03_simple_mlp", "--seq"),
+    ("03_simple_mlp", "--dim"),
+    ("03_simple_mlp", "--hidden"),
+    ("04_a_naive_attention", "--seq"),
+    ("04_a_naive_attention", "--head_dim"),
+    ("04_b_inplace_ops_attention", "--batch"),
+    ("04_b_inplace_ops_attention", "--heads"),
+    ("04_c_sdpa_attention", "--seq"),
+    ("04_c_sdpa_attention", "--batch"),
+    ("06_train_step", "--batch"),
+    ("06_train_step", "--seq"),
+    ("06_train_step", "--dim"),
+    ("06_train_step", "--hidden"),
+    ("06_train_step", "--vocab"),
+    ("06_train_step", "--layers"),
+    ("08_generate", "--batch"),
+    ("08_generate", "--prompt"),
+    ("08_generate", "--new-tokens"),
+    ("tools.shape_sweep", "--dim"),
+    ("tools.shape_sweep", "--hidden"),
+    ("tools.shape_sweep", "--shapes"),
+]
+
+
+def lesson(name: str, *argv: str, capsys) -> tuple[int, str]:
+    from tests.helpers import run_script
+
+    code = run_script(name, *argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("script", "flag"), LESSON_SIZES)
+def test_a_size_past_the_float_range_is_refused_in_one_line(script, flag, tmp_path, capsys):
+    value = f"{HUGE_SIZE}x128" if flag == "--shapes" else HUGE_SIZE
+    if script == "06_train_step" and flag in ("--dim", "--heads"):
+        value = "9" * 399 + "8"  # a multiple of --heads 2
+    code, err = lesson(script, flag, value, "--traces-dir", str(tmp_path), capsys=capsys)
+    positions = flag in ("--prompt", "--new-tokens")  # 08 says its preset's positions first
+    said_once(code, err, words="do not fit" if positions else "choose smaller sizes")
+    assert files(tmp_path) == set()
+
+
+def traces_dir_loop(tmp_path: Path, script: str) -> Path:
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    return tmp_path / "loop"
+
+
+def traces_dir_dangling(tmp_path: Path, script: str) -> Path:
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    return tmp_path / "gone"
+
+
+def traces_dir_name_taken(tmp_path: Path, script: str) -> Path:
+    """Every name the run could write, made a folder beforehand."""
+    for name in TAKEN_NAMES[script]:
+        (tmp_path / "t" / script / name).mkdir(parents=True)
+    return tmp_path / "t"
+
+
+TAKEN_NAMES = {
+    "01_matmul_add": ["64_bf16_cold_eager_cpu.txt"],
+    "02_linear": ["b1024_in32_out64_bf16_eager_cpu.json"],
+    "04_c_sdpa_attention": ["b1_h2_s16_d16_bf16_eager_cpu_math.txt"],
+    "06_train_step": ["b2_s16_d64_h128_n2_l2_autocast_foreach_eager_cpu.json"],
+}
+SMALL_ARGS = {
+    "04_c_sdpa_attention": ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "16",
+                            "--backend", "math"],
+}  # fmt: skip
+TRACES_DIRS = {
+    "link loop": (traces_dir_loop, "leads nowhere"),
+    "dangling link": (traces_dir_dangling, "leads nowhere"),
+    "trace name is a folder": (traces_dir_name_taken, "is not a file"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRACES_DIRS))
+@pytest.mark.parametrize("script", list(TAKEN_NAMES))
+def test_a_traces_dir_that_cannot_take_the_files_is_refused_up_front(
+    script, case, tmp_path, capsys, monkeypatch
+):
+    make, words = TRACES_DIRS[case]
+    folder = make(tmp_path, script)
+    before = files(tmp_path)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the run started its work before refusing")
+
+    monkeypatch.setattr("torch.profiler.profile.__enter__", no_work)
+    argv = [*SMALL_ARGS.get(script, []), "--traces-dir", str(folder)]
+    code, err = lesson(script, *argv, capsys=capsys)
+    said_once(code, err, words=words)
+    assert files(tmp_path) == before
+
+
+def test_07_counts_its_parameters_without_building_the_model():
+    """50,000 layers: arithmetic, in a moment (the meta-device model took minutes); the count
+    is TinyLM's own."""
+    from argparse import Namespace
+
+    from models import TinyLM
+    from tests.helpers import load_script
+
+    fsdp = load_script("07_fsdp_train")
+    small = Namespace(batch=1, seq=4, dim=16, hidden=40, heads=2, layers=3, vocab=100, ddp=True)
+    model = TinyLM(100, 16, 40, 2, 3)
+    params = sum(p.numel() for p in model.parameters())
+    acts = (3 * (7 * 4 * 16 + 4 * 4 * 40) + 3 * 4 * 100) * 4
+    assert fsdp.bytes_needed(small, 1) == params * 40 + acts * 2
+    started = time.monotonic()
+    huge = Namespace(**{**vars(small), "layers": 50_000, "dim": 4096, "hidden": 11008})
+    assert fsdp.bytes_needed(huge, 2) > 2**40
+    past_floats = Namespace(**{**vars(small), "dim": int(HUGE_SIZE)})
+    assert fsdp.bytes_needed(past_floats, 2) > 10**400
+    assert time.monotonic() - started < 1
+
+
+# --- 2. torchrun's variables set by hand ------------------------------------------------------
+
+ENVS = {
+    "RANK=1 WORLD_SIZE=2": ({"RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR and MASTER_PORT not"),
+    "RANK=0 WORLD_SIZE=1": ({"RANK": "0", "WORLD_SIZE": "1"}, "MASTER_ADDR and MASTER_PORT not"),
+    "RANK=0 WORLD_SIZE=2 MASTER_ADDR=h": (
+        {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h"},
+        "MASTER_PORT not",
+    ),
+    "RANK=3 WORLD_SIZE=2": ({"RANK": "3", "WORLD_SIZE": "2"}, "launch it with torchrun"),
+    "RANK=x WORLD_SIZE=2": ({"RANK": "x", "WORLD_SIZE": "2"}, "launch it with torchrun"),
+    "RANK=1 only": ({"RANK": "1"}, "launch it with torchrun"),
+}
+
+
+@pytest.mark.parametrize("env", list(ENVS))
+@pytest.mark.parametrize("script", ["05_tp_mlp", "07_fsdp_train"])
+def test_torchrun_variables_set_by_hand_are_one_line(script, env, tmp_path, capsys, monkeypatch):
+    from common import torchrun
+    from tests.helpers import load_script
+
+    variables, words = ENVS[env]
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                 "MASTER_PORT", torchrun.TORCHRUN_ENV):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torchrun, "_quiet", lambda: None)  # would point fd 1 at /dev/null
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = torchrun.run_main(load_script(script).main, ["--traces-dir", str(tmp_path)])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    said_once(code, capsys.readouterr().err, words=words)
+    assert files(tmp_path) == set()
+
+
+# --- 2. the sweep's own flags -------------------------------------------------------------------
+
+SWEEP = [
+    (["--seed", str(2**70)], "--seed: must be at most"),
+    (["--seed", "-1"], "--seed: must be at least 0"),
+    (["--seed", "2**70"], "--seed: expected a whole number"),
+    (["--traces-dir", ""], "--traces-dir/--traces_dir: is empty"),
+    (["--traces-dir", "a\nb"], "control character"),
+    (["--shapes", ""], "the shape list is empty"),
+    (["--shapes", "8by128"], "is not BATCHxSEQ"),
+    (["--shapes", "0x128"], "must be greater than 0"),
+    (["--variants", "nope"], "unknown or no variants"),
+    (["--dim", "nan"], "expected a whole number"),
+]
+
+
+@pytest.mark.parametrize(("argv", "words"), SWEEP, ids=lambda v: repr(v)[:30])
+def test_the_sweep_refuses_its_flags_in_one_line(argv, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = lesson("tools.shape_sweep", *argv, capsys=capsys)
+    said_once(code, err.replace("python -m tools.shape_sweep: error:", "error:"), words=words)
+    assert files(tmp_path) == set()
+
+
+# --- 1. the trace benchmark's --mb ----------------------------------------------------------------
+
+MBS = ["1e9", "1e400", "nan", "inf", "-inf", "-1", "0", "x", ""]
+
+
+@pytest.mark.parametrize("mb", MBS)
+def test_trace_bench_refuses_a_size_the_disk_cannot_hold(mb, tmp_path, capsys, monkeypatch):
+    from tools.dev import trace_bench
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    code, _, err = outcome(trace_bench.main, ["--mb", mb], capsys)
+    said_once(code, err.replace("python -m tools.dev.trace_bench: error:", "error:"), words="--mb")
+    assert files(tmp_path) == set()
+
+
+# --- 1. --bucket against a Hub that never answers ------------------------------------------------
+
+
+@pytest.mark.parametrize("stuck", ["create_bucket", "sync_bucket"])
+def test_a_hub_that_never_answers_times_out_naming_the_step(stuck, tmp_path, capsys, monkeypatch):
+    import threading
+
+    from huggingface_hub import BucketUrl
+
+    from common import share
+
+    never = threading.Event()
+    calls = {
+        "create_bucket": lambda *a, **k: BucketUrl("https://huggingface.co/buckets/alice/t"),
+        "sync_bucket": lambda *a, **k: None,
+    }
+    calls[stuck] = lambda *a, **k: never.wait(30)
+    for name, call in calls.items():
+        monkeypatch.setattr(share.hf, name, call)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setattr(share, "TIMEOUTS_S", {"create": 0.2, "sync": 0.2})
+    (tmp_path / "a.json").write_text("{}")
+    started = time.monotonic()
+    code, _, err = outcome(share.main, [str(tmp_path), "-b", "t"], capsys)
+    never.set()
+    step = "creating the bucket" if stuck == "create_bucket" else "uploading the traces"
+    said_once(code, err, want=1, words=f"{step} got no answer within 0.2 s")
+    assert time.monotonic() - started < 5 and "hf_secret" not in err
