@@ -617,3 +617,90 @@ def test_a_hub_that_never_answers_times_out_naming_the_step(stuck, tmp_path, cap
     step = "creating the bucket" if stuck == "create_bucket" else "uploading the traces"
     said_once(code, err, want=1, words=f"{step} got no answer within 0.2 s")
     assert time.monotonic() - started < 5 and "hf_secret" not in err
+
+
+# --- 3. nothing left behind: signals, a full disk, a killed run's temporary folder ------------
+
+LINEAR_SMALL = ["--batch", "8", "--in_dim", "4", "--out_dim", "6"]
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_during_the_export_leaves_nothing(sig, gz, tmp_path, capsys, monkeypatch):
+    import tempfile
+
+    import torch
+
+    real = torch.profiler.profile.export_chrome_trace
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # TMPDIR, watched
+
+    def export_then_signal(self, path):
+        real(self, path)  # torch's own temporary JSON (gzip) written, then the signal comes
+        os.kill(os.getpid(), getattr(signal, sig))
+        time.sleep(1)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export_then_signal)
+    argv = [*LINEAR_SMALL, "--traces-dir", str(tmp_path / "t")] + ["--gzip"] * gz
+    code, err = lesson("02_linear", *argv, capsys=capsys)
+    said_once(code, err, want=130, words="Ctrl-C")
+    assert files(tmp_path) == {"tmp"}
+
+
+@pytest.mark.parametrize(
+    "errno_", ["ENOSPC", "EDQUOT", "EROFS", "EFBIG"], ids=lambda e: f"export {e}"
+)
+def test_a_refused_write_during_the_export_is_one_line(errno_, tmp_path, capsys, monkeypatch):
+    import errno
+
+    import torch
+
+    def refuse(self, path):
+        Path(f"{path}.tmp").write_text("{")  # what Kineto writes before it fails
+        code = getattr(errno, errno_)
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", refuse)
+    code, err = lesson("02_linear", *LINEAR_SMALL, "--traces-dir", str(tmp_path), capsys=capsys)
+    said_once(code, err, words="cannot write")
+    assert files(tmp_path) == set()
+
+
+def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(tmp_path, capsys):
+    folder = tmp_path / "02_linear"
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    for pid, name in ((dead.pid, "dead"), (os.getppid(), "alive")):
+        (folder / f".partial-{pid}-x{name}").mkdir(parents=True)
+        (folder / f".partial-{pid}-x{name}" / "t.json").write_text("{")
+    (folder / ".partial-notapid-x").mkdir()  # not a run's: not touched
+    code, _ = lesson("02_linear", *LINEAR_SMALL, "--traces-dir", str(tmp_path), capsys=capsys)
+    assert code == 0
+    left = {p.name for p in folder.iterdir() if p.name.startswith(".partial")}
+    assert left == {f".partial-{os.getppid()}-xalive", ".partial-notapid-x"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["closed pipe", "/dev/full"])
+def test_a_lessons_stdout_that_fails_is_one_line_exit_2(where, tmp_path):
+    argv = ["02_linear.py", *LINEAR_SMALL, "--device", "cpu", "--traces-dir", str(tmp_path)]
+    if where == "/dev/full":
+        with open("/dev/full", "w") as full:
+            proc = run_process(argv, stdout=full, timeout=120)
+        words = "No space left on device"
+    else:
+        proc = subprocess.Popen(
+            [sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        proc.stdout.readline()
+        proc.stdout.close()  # `| head -1`
+        proc.stderr_text = proc.stderr.read()
+        proc.wait(timeout=120)
+        proc.stderr = proc.stderr_text
+        words = "reader went away"
+    said_once(proc.returncode, proc.stderr, words=words)
+    # stdout fails at its last flush, after the files were published whole: the pair or nothing
+    left = files(tmp_path)
+    assert not any(".partial" in name for name in left)
+    assert len({n for n in left if n.endswith((".json", ".txt"))}) in (0, 2), left
