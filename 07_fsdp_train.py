@@ -258,14 +258,18 @@ def bytes_needed(args, world: int) -> int:
     """In fp32: the whole model as built and its copy for the reference (rank 0), the reference
     step's weights, gradients and AdamW's two states, this rank's shards of the same four;
     activations (per layer about 7 [tokens, dim] and 4 [tokens, hidden] tensors, the logits)
-    for this rank's batch and for the reference's N batches."""
-    with torch.device("meta"):  # sized, not allocated
-        model = TinyLM(args.vocab, args.dim, args.hidden, args.heads, args.layers)
-    params = sum(p.numel() for p in model.parameters())
+    for this rank's batch and for the reference's N batches.
+    Counted, not built: a model of 50,000 layers, even on the meta device, took minutes to
+    say that it does not fit."""
+    d, h = args.dim, args.hidden
+    # per block: two RMSNorm weights, q, k, v, o, and the MLP's gate, up, down; the root: the
+    # embedding, the head and the final norm (TinyLM in models.py)
+    params = args.layers * (2 * d + 4 * d * d + 3 * d * h) + 2 * args.vocab * d + d
     t = args.batch * args.seq
     acts = (args.layers * (7 * t * args.dim + 4 * t * args.hidden) + 3 * t * args.vocab) * 4
     shards = 1 if args.ddp else world  # DDP: every rank holds all of it
-    return int(params * 4 * (2 + 4 + 4 / shards) + acts * (world + 1))
+    # whole integers: a size past the float range is still refused in one line
+    return params * 4 * (2 + 4) + params * 16 // shards + acts * (world + 1)
 
 
 def main(argv=None) -> int:

@@ -101,8 +101,17 @@ def check_writable(folder: Path, names: list[str]) -> None:
     """Prove, before expensive work and without leaving anything, that `names` can be written
     into `folder` (which may not exist yet): the nearest existing ancestor is a writable
     folder, and every name that would be created fits the file system's limits."""
-    base = _existing_ancestor(folder.absolute())
     where = f"cannot write to {folder}"
+    for candidate in [folder.absolute(), *folder.absolute().parents]:
+        if os.path.islink(candidate) and not _exists(candidate):
+            raise UsageError(
+                f"{where}: {candidate} is a link that leads nowhere (dangling, or a loop of links)"
+            )
+    for name in names:  # what is there now is replaced: a file may be, a folder cannot
+        there = folder / name
+        if os.path.lexists(there) and not os.path.isfile(there):
+            raise UsageError(f"{where}: {there} is there and is not a file; move it away")
+    base = _existing_ancestor(folder.absolute())
     if not base.is_dir():
         raise UsageError(f"{where}: {base} is not a folder")
     try:
@@ -154,6 +163,26 @@ def _missing_folders(folder: Path) -> list[Path]:
     return missing
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_dead_partials(folder: Path) -> None:
+    """Remove the temporary folders (`.partial-<pid>-*`) that runs killed outright (SIGKILL, a
+    power cut) left in `folder`: those whose process is gone. A live run's is never touched."""
+    for partial in folder.glob(f"{PARTIAL_PREFIX}*-*"):
+        pid = partial.name.removeprefix(PARTIAL_PREFIX).partition("-")[0]
+        if pid.isdigit() and len(pid) < 10 and partial.is_dir() and not partial.is_symlink():
+            if int(pid) != os.getpid() and not _alive(int(pid)):
+                shutil.rmtree(partial, ignore_errors=True)
+
+
 @contextmanager
 def publishing(
     *finals: Path, agree: Callable[[BaseException | None], None] | None = None
@@ -177,11 +206,19 @@ def publishing(
     published: list[Path] = []
     temp_dir = None
     asked = False  # agree was called: it must not be called a second time
+    tempdir_before = tempfile.tempdir
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        remove_dead_partials(folder)
         temp_dir = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{os.getpid()}-", dir=folder))
         temps = [temp_dir / final.name for final in finals]
-        yield temps
+        # The profiler gzips through an uncompressed temporary JSON in TMPDIR: made here, it
+        # goes with the folder whatever stops the run, and lands on the traces' own disk.
+        tempfile.tempdir = str(temp_dir)
+        try:
+            yield temps
+        finally:
+            tempfile.tempdir = tempdir_before
         for temp in temps:
             if not temp.is_file() or temp.stat().st_size == 0:
                 raise OSError(f"{temp.name} was not written (the writer reported no error)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,6 +43,37 @@ def bucket_name(text: str) -> str:
     return text
 
 
+# Seconds each network step may take before the run gives up on it: an endpoint that accepts
+# the connection and never answers would otherwise hold the run forever. Creating a bucket is
+# one request; the upload moves the whole folder (a 200 MB trace at a slow 1 MB/s: 200 s).
+TIMEOUTS_S = {"create": 60.0, "sync": 900.0}
+
+
+def _step(what: str, timeout_s: float, call, folder: Path):
+    """call() on a thread of its own, waited for at most `timeout_s`; ShareError naming the
+    step when it does not return. The thread is a daemon: one stuck in a socket does not hold
+    the process at exit."""
+    done: dict = {}
+
+    def work():
+        try:
+            done["value"] = call()
+        except BaseException as err:  # handed to the caller's thread
+            done["error"] = err
+
+    worker = threading.Thread(target=work, name=f"share: {what}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise ShareError(
+            f"{what} got no answer within {timeout_s:g} s (the Hub or the network is stuck); "
+            f"the traces stay in {folder}"
+        )
+    if "error" in done:
+        raise done["error"]
+    return done.get("value")
+
+
 def perfetto_url(bucket_url: str, path: str) -> str:
     return PERFETTO.format(bucket_url=bucket_url.rstrip("/"), path=path.lstrip("/"))
 
@@ -69,10 +101,26 @@ def share(
             f"the traces stay in {folder}"
         )
     try:
-        bucket_url = hf.create_bucket(bucket, exist_ok=True, token=token)
-        hf.sync_bucket(
-            source=str(folder), dest=bucket_url.uri.to_uri(), delete=delete, token=token, quiet=True
+        bucket_url = _step(
+            "creating the bucket",
+            TIMEOUTS_S["create"],
+            lambda: hf.create_bucket(bucket, exist_ok=True, token=token),
+            folder,
         )
+        _step(
+            "uploading the traces",
+            TIMEOUTS_S["sync"],
+            lambda: hf.sync_bucket(
+                source=str(folder),
+                dest=bucket_url.uri.to_uri(),
+                delete=delete,
+                token=token,
+                quiet=True,
+            ),
+            folder,
+        )
+    except ShareError:
+        raise
     except Exception as err:  # the remote service's failures come in many types
         reason = one_line(err, 200, secret=token)  # scrubbed before it is cut
         raise ShareError(

@@ -115,6 +115,13 @@ def launched(script: str, argv: Sequence[str] | None = None) -> Launch:
         raise UsageError(
             f"{script} runs one process per rank: launch it with torchrun, e.g. `{command}`"
         )
+    unset = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if unset:  # RANK and WORLD_SIZE set by hand: joining the others would fail in torch
+        raise UsageError(
+            f"RANK and WORLD_SIZE are set but {' and '.join(unset)} not: these are torchrun's "
+            f"variables, it sets them all; launch it with `uv run torchrun --nproc-per-node "
+            f"{world} {script} ...`, or unset RANK and WORLD_SIZE"
+        )
     local_rank, local_world = _env_int("LOCAL_RANK"), _env_int("LOCAL_WORLD_SIZE")
     return Launch(
         rank=rank,
@@ -255,6 +262,10 @@ def _failure(err: BaseException) -> tuple[int, str, str]:
     return 1, one_line(err), "own" if isinstance(err, InjectedFault) else "bug"
 
 
+# torchrun sets this for every process it starts: RANK without it was set by hand.
+TORCHRUN_ENV = "TORCHELASTIC_RUN_ID"
+
+
 def _quiet() -> None:
     """Ranks other than 0 print nothing (fd 1 too: C++ code writes there); rank 0 speaks for
     them, and torchrun's closing report shows their bugs' tracebacks."""
@@ -318,7 +329,7 @@ def run_main(
         if whose == "bug" and rank == 0:
             traceback.print_exception(err, file=stderr)
         if not dist.is_initialized():  # before the ranks met: bad input, alike on every rank
-            if rank == 0:
+            if rank == 0 or not os.environ.get(TORCHRUN_ENV):  # no torchrun: no rank 0 either
                 print(f"error: {line}", file=stderr)
             return code
         _clean_up()

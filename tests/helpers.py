@@ -122,9 +122,12 @@ def torchrun_in_process(monkeypatch, main, *argv: str, rank: int | None, world: 
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    if rank is not None:
+    if rank is not None:  # what torchrun sets (the address is not used before the ranks meet)
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", str(world))
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", "29500")
+        monkeypatch.setenv(torchrun.TORCHRUN_ENV, "in-process")
     hidden, streams = io.StringIO(), (sys.stdout, sys.stderr)
 
     def quiet():

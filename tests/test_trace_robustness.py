@@ -84,7 +84,7 @@ def test_deep_nesting_is_refused_not_a_recursion_error(tmp_path, capsys):
 
 def test_dev_zero_and_folders_are_refused_at_once(tmp_path, capsys):
     assert "not a regular file" in refused(Path("/dev/zero"), capsys)
-    assert "not a regular file" in refused(tmp_path, capsys)
+    assert "is a folder without rank traces" in refused(tmp_path, capsys)
 
 
 def test_a_trace_without_profiler_step_is_read_as_one_window(tmp_path, capsys):

@@ -24,7 +24,7 @@ from tracereader.analyses import (
     syncs,
     tops,
 )
-from tracereader.analyses.ranks import summarize
+from tracereader.analyses.ranks import not_one_job, summarize
 from tracereader.judge import findings
 from tracereader.judge.finding import Finding
 from tracereader.trace.load import Trace, TraceError, load
@@ -126,4 +126,6 @@ def read_run(
         if each is not None:
             each(trace)
         del trace
+    if readings:
+        readings[0].notes.extend(not_one_job(readings))
     return cross_ranks.analyse(stem, readings, link=link)

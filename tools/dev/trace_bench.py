@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -53,6 +54,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tracereader.commandline import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = ROOT / "tests/fixtures/h200/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json.gz"
@@ -296,14 +299,28 @@ def against_hta(trace: Path, repo: Path, explain_s: float | None, spec: str) -> 
         print(f"explain is {hta_s / explain_s:.1f}x faster than HTA's load + analyses")
 
 
+def megabytes(text: str) -> float:
+    """--mb: a size the temporary folder can hold (a gzipped trace is smaller, the check is
+    not: the generator writes the text first). Refused in one line: not a number, nan, inf,
+    nothing, or more than the free disk."""
+    try:
+        mb = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of megabytes, got {text!r}") from None
+    if not math.isfinite(mb) or mb <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    free = shutil.disk_usage(tempfile.gettempdir()).free / 1e6
+    if mb > free:
+        raise argparse.ArgumentTypeError(
+            f"{mb:g} MB is more than the {free:,.0f} MB free in {tempfile.gettempdir()}"
+        )
+    return mb
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="tools/dev/trace_bench.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = Parser(prog="python -m tools.dev.trace_bench", description=__doc__)
     parser.add_argument(
-        "--mb", type=float, default=None, help="generate a trace of this size (before gzip)"
+        "--mb", type=megabytes, default=None, help="generate a trace of this size (before gzip)"
     )
     parser.add_argument("--gzip", action="store_true", help="write the generated trace gzipped")
     parser.add_argument(

@@ -89,6 +89,7 @@ class RankReading:
     device: str | None
     steps: list[RankStep]
     notes: list[str] = field(default_factory=list)
+    job: str = ""  # distributedInfo but the rank: the same on every rank of one launch
 
 
 def is_collective_kernel(item: GpuItem) -> bool:
@@ -162,6 +163,21 @@ def _cpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     )
 
 
+# The largest job a trace could come from: a world size or rank beyond it is damage (a
+# reading that made one entry per rank of a world of 10^12 would never finish).
+MAX_WORLD = 1 << 20
+
+
+def _count(value, least: int) -> bool:
+    """A world size (least 1) or a rank (least 0) a real job could have."""
+    return type(value) is int and least <= value < MAX_WORLD
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else text[:20] + "..."
+
+
 def summarize(trace: Trace, rank_in_name: int) -> RankReading:
     """One rank's trace, reduced to what the cross-rank reading needs (the trace itself can
     then be dropped: N traces of hundreds of MB need not sit in memory together)."""
@@ -173,18 +189,63 @@ def summarize(trace: Trace, rank_in_name: int) -> RankReading:
             f"{trace.path.name} has no distributedInfo (the profiler records it when a process "
             "group is initialised): rank taken from the file name"
         )
-    rank = info.get("rank") if isinstance(info.get("rank"), int) else rank_in_name
+    world = info.get("world_size")
+    if "world_size" in info and not _count(world, 1):
+        notes.append(
+            f"{trace.path.name} records world_size {_shown(world)}, which no job has: "
+            "taken as unknown"
+        )
+    world = world if _count(world, 1) else None
+    rank = info.get("rank")
+    if "rank" in info and not (_count(rank, 0) and (world is None or rank < world)):
+        notes.append(
+            f"{trace.path.name} records rank {_shown(rank)}"
+            + (f" of {world}" if world else "")
+            + ", which cannot be: rank taken from the file name"
+        )
+    rank = rank if _count(rank, 0) and (world is None or rank < world) else rank_in_name
     if "rank" not in info and not notes:
         notes.append(f"{trace.path.name} records no rank: taken from the file name")
     if rank != rank_in_name:
         notes.append(f"{trace.path.name} says it is rank {rank}")
-    world = info.get("world_size") if isinstance(info.get("world_size"), int) else None
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
     base_ns = trace.meta.get("baseTimeNanoseconds")
     base = base_ns / 1e3 if isinstance(base_ns, (int, float)) and math.isfinite(base_ns) else 0.0
     read = _gpu_step if trace.on_gpu else _cpu_step
     steps = [read(step, base, trace) for step in trace.steps]
-    return RankReading(rank, trace.path, world, backend, trace.device, steps, notes)
+    job = repr(sorted((str(k), repr(v)) for k, v in info.items() if k != "rank"))
+    return RankReading(rank, trace.path, world, backend, trace.device, steps, notes, job)
+
+
+# Ranks of one launch start their steps within seconds of each other (NCCL's set-up is the
+# slowest part); minutes apart, they were not started together.
+APART_US = 300e6
+
+
+def not_one_job(readings: list[RankReading]) -> list[str]:
+    """Why traces read as ranks of one run cannot be that (ranks of two launches under one
+    stem, a folder of one lesson's eager and compiled traces): different distributedInfo,
+    first steps minutes apart, or not one collective between them. Empty where nothing says so."""
+    if len(readings) < 2:
+        return []
+    said = []
+    names = ", ".join(r.path.name for r in readings[:4]) + (", ..." if len(readings) > 4 else "")
+    jobs = {r.job for r in readings if r.job != repr([])}
+    if len(jobs) > 1:
+        said.append(f"the traces record different distributedInfo ({names}): not one launch")
+    starts = [r.steps[0].ts for r in readings if r.steps]
+    if len(starts) > 1 and max(starts) - min(starts) > APART_US:
+        apart = (max(starts) - min(starts)) / 1e6
+        said.append(
+            f"the ranks' first steps are {apart:,.0f} s apart ({names}): ranks of one launch "
+            "start within seconds; these are separate runs, their skew means nothing"
+        )
+    if not any(c for r in readings for s in r.steps for c in s.collectives):
+        said.append(
+            f"no rank issued a collective in the recorded steps ({names}): nothing ties these "
+            "traces to one job; read each alone (explain FILE) if they are separate runs"
+        )
+    return said
 
 
 # --- across ranks --------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 from tracereader.analyses.diff import compare
 from tracereader.commandline import Parser
-from tracereader.commands.shared import load_or_exit, stdout_closed
+from tracereader.commands.shared import load_or_exit, run_cli, stdout_closed
 from tracereader.render.compare import text
 from tracereader.render.trace import dump_json
 
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """The console command (`uv run explain`, `uv run compare`): main's code is the exit code."""
-    sys.exit(main())
+    sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from tracereader.commandline import Parser, non_negative_int
-from tracereader.commands.shared import load_or_exit, stdout_closed
+from tracereader.commands.shared import load_or_exit, run_cli, stdout_closed
 from tracereader.reading import Reading
 from tracereader.render import trace as render
 from tracereader.render.trace import MAX_OPS
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cli() -> None:
     """The console command (`uv run explain`, `uv run compare`): main's code is the exit code."""
-    sys.exit(main())
+    sys.exit(run_cli(main))
 
 
 if __name__ == "__main__":

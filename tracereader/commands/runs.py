@@ -55,7 +55,7 @@ def explain_main(args) -> int:
     try:
         for stem, files in runs_at(args.trace).items():
             results.append(_read(stem, files, keep))
-    except TraceError as err:
+    except (TraceError, RunError) as err:
         return _fail(str(err))
     try:
         if args.json:

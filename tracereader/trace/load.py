@@ -171,6 +171,19 @@ def _load(path: Path, events: _Events) -> Trace:
 _WS = re.compile(r"[ \t\n\r]*")
 _CHUNK = 1 << 22  # bytes read at a time: the text in memory stays around this size
 _decode = json.JSONDecoder().raw_decode
+
+
+def _bounded_int(text: str) -> int | None:
+    """A JSON integer, None where it has more digits than Python converts (4,300 by default):
+    no profiler writes such a number, so the event holding it is malformed, not the file."""
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+# Only where the fast decoder met such a number: its hook costs a Python call per integer.
+_decode_bounded = json.JSONDecoder(parse_int=_bounded_int).raw_decode
 _BATCH = 1 << 14  # characters of events decoded at once (larger scatters the model in memory)
 _BETWEEN = re.compile(r"[ \t\n\r]*,[ \t\n\r]*\{")  # what separates two events
 
@@ -220,7 +233,12 @@ class _Text:
         self.peek()  # raw_decode does not skip leading whitespace
         while True:
             try:
-                value, end = _decode(self.buf, self.pos)
+                try:
+                    value, end = _decode(self.buf, self.pos)
+                except json.JSONDecodeError:
+                    raise
+                except ValueError:  # an integer past Python's digit limit
+                    value, end = _decode_bounded(self.buf, self.pos)
             except json.JSONDecodeError as err:
                 # An error at the chunk's end (or an unterminated string, which only the end
                 # can cause) means the value goes on in the next chunk; elsewhere it is damage.
@@ -261,7 +279,7 @@ class _Text:
         text = f"[{buf[pos : cut + 1]}]"
         try:
             events, end = _decode(text)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError, or an integer too long
             events, end = None, 0
         if end != len(text):
             self.skip_to = cut + 1  # per event past the bad cut, then try again
