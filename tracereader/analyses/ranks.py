@@ -105,9 +105,9 @@ def collective_bytes(item: GpuItem) -> tuple[int, str] | None:
 
 def _gpu_step(step: Step, base: float, trace: Trace) -> RankStep:
     comm = [i for i in step.gpu if is_collective_kernel(i)]
-    rest = [i for i in step.gpu if not is_collective_kernel(i)]
-    comm_union = intervals.of(comm)
-    rest_union = intervals.of(rest)
+    # communication, compute and exposed by the one definition explain prints per rank
+    # (compute: kernels; a copy or a memset hides no collective)
+    times = coll.step(step, trace)
     collectives = []
     for item in comm:
         found = _collective(item.name, base + item.ts, item.dur, collective_bytes(item))
@@ -119,9 +119,9 @@ def _gpu_step(step: Step, base: float, trace: Trace) -> RankStep:
         name=step.name,
         ts=base + step.ts,
         dur=step.dur,
-        compute_us=intervals.length(rest_union),
-        comm_us=intervals.length(comm_union),
-        exposed_us=intervals.length(comm_union) - intervals.overlap(comm_union, rest_union),
+        compute_us=times["compute_us"],
+        comm_us=times["comm_us"],
+        exposed_us=times["exposed_us"],
         collectives=collectives,
     )
 
