@@ -377,3 +377,13 @@ def test_the_folder_and_one_rank_read_the_same_communication(folder, stem):
         alone = read(load(files[row["rank"]])).summary["collectives"]
         assert row["comm_us"] == pytest.approx(alone["comm_us"]["median"])
         assert row["exposed_us"] == pytest.approx(alone["exposed_us"]["median"])
+
+
+@pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
+def test_a_gpu_idle_with_work_queued_is_stalled_not_gpu_bound():
+    """HTA's negative_queue (16-rank A100 job, rank 0): the GPU is busy a third of its window
+    and almost never waits on the host: the rest it waits with work queued (NCCL, copies from
+    pageable memory). Not "GPU-bound"."""
+    (bound,) = [f for f in findings.read(load(EXTERNAL_TRACES / "hta/negative_queue_rank0.json.gz"))
+                if f.topic == "bound"]  # fmt: skip
+    assert bound.message.startswith("stalled") and bound.us > 100_000

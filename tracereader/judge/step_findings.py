@@ -184,6 +184,16 @@ def _bound(trace: Trace) -> Finding | None:
             us=waits,
             next="fewer, larger launches: torch.compile, CUDA graphs, larger batches",
         )
+    other = statistics.median(p["other_us"] for p in parts)
+    if busy < 0.7 * window and other >= 0.3 * window:
+        return Finding(
+            "bound",
+            f"stalled: {seen}; the GPU sits idle {other:.0f} us of it ({other / window:.0%}) "
+            "with work already queued: waiting on an event, another stream, a copy or other "
+            "ranks, not on the host",
+            us=other,
+            next="the syncs, copies and collectives below: what the queued work waits for",
+        )
     if share <= 0.1:
         return Finding(
             "bound",
