@@ -387,3 +387,21 @@ def test_a_gpu_idle_with_work_queued_is_stalled_not_gpu_bound():
     (bound,) = [f for f in findings.read(load(EXTERNAL_TRACES / "hta/negative_queue_rank0.json.gz"))
                 if f.topic == "bound"]  # fmt: skip
     assert bound.message.startswith("stalled") and bound.us > 100_000
+
+
+def test_compares_verdict_agrees_in_direction_with_the_steps_time():
+    """Over every pair of fixtures of one folder and device: "faster" only where B's median
+    step (the longer of CPU and GPU) is shorter, "slower" only where it is longer."""
+    seen = 0
+    for a, b in _pairs():
+        ta, tb = _load(a), _load(b)
+        if ta is None or tb is None or ta.device != tb.device or not ta.steps or not tb.steps:
+            continue
+        result = diff.at_scale(ta, tb)
+        ma, mb = (statistics.median(diff.step_times(t)) for t in (ta, tb))
+        if result["verdict"].startswith("B is faster"):
+            assert mb < ma, (a.name, b.name)
+        elif result["verdict"].startswith("B is slower"):
+            assert mb > ma, (a.name, b.name)
+        seen += 1
+    assert seen > 50
