@@ -11,7 +11,6 @@ import torch
 import torch.distributed as dist
 
 from common.cli import Run
-from common.measuring import bench_ranks
 from tracereader.analyses.linkcurve import KINDS, LinkCurve, bus_factor
 
 DTYPE = torch.bfloat16  # what the lessons' collectives move (FSDP's reduce-scatter: fp32)
@@ -52,6 +51,7 @@ def measure(
     progress: Callable[[str], None] | None = None,
 ) -> LinkCurve:
     """Every rank calls this with the same arguments (the collectives must pair up)."""
+    from common.measuring import bench_ranks  # which measures the link with this: no cycle
     points: dict[str, list[tuple[int, float]]] = {}
     for kind in kinds:
         for nbytes in sizes(low, high):
