@@ -52,6 +52,7 @@ def measure(
 ) -> LinkCurve:
     """Every rank calls this with the same arguments (the collectives must pair up)."""
     from common.measuring import bench_ranks  # which measures the link with this: no cycle
+
     points: dict[str, list[tuple[int, float]]] = {}
     for kind in kinds:
         for nbytes in sizes(low, high):
