@@ -704,3 +704,245 @@ def test_a_lessons_stdout_that_fails_is_one_line_exit_2(where, tmp_path):
     left = files(tmp_path)
     assert not any(".partial" in name for name in left)
     assert len({n for n in left if n.endswith((".json", ".txt"))}) in (0, 2), left
+
+
+# --- 3. tools/carry_wheels.py: every name and number in a manifest is hostile -----------------
+
+
+def carry_outcome(argv: list, capsys) -> tuple[int, str]:
+    from tools import carry_wheels
+
+    code, _, err = outcome(carry_wheels.main, [str(a) for a in argv], capsys)
+    return code, err.replace("carry_wheels.py: error:", "error:")
+
+
+@pytest.fixture
+def carried(tmp_path):
+    """One small pack (two parts) in tmp_path/out, from fake wheels in tmp_path/wheels."""
+    from tests.test_carry_wheels import fake_wheel
+    from tools import carry_wheels
+
+    fake_wheel(tmp_path / "wheels" / "main", "fakecute", os.urandom(60_000))
+    fake_wheel(tmp_path / "wheels" / "fa4b18", "fakeflash", os.urandom(10_000))
+    folders = carry_wheels.pack(tmp_path / "wheels", tmp_path / "out", part_mib=0.05)
+    assert len(folders) == 2
+    return folders[0]
+
+
+def edit_manifest(folder: Path, change) -> None:
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def _part(i: int, **kw):
+    def change(m):
+        m["parts"][i].update(kw)
+
+    return change
+
+
+def _wheel_renamed(new: str):
+    def change(m):
+        m["wheels"][new] = m["wheels"].pop(next(iter(m["wheels"])))
+
+    return change
+
+
+def _drop(*keys):
+    def change(m):
+        target = m
+        for key in keys[:-1]:
+            target = target[key]
+        del target[keys[-1]]
+
+    return change
+
+
+def _set(key, value):
+    def change(m):
+        m[key] = value
+
+    return change
+
+
+HOSTILE_MANIFESTS = {
+    "part named ../x": (_part(0, name="../x"), "must be named wheels.tar.1"),
+    "part named /abs": (_part(0, name="/tmp/x"), "must be named wheels.tar.1"),
+    "part named wheels.tar.1/../../x": (
+        _part(0, name="wheels.tar.1/../../x"),
+        "must be named wheels.tar.1",
+    ),
+    "part name an int": (_part(0, name=1), "must be named wheels.tar.1"),
+    "parts out of order": (_part(0, name="wheels.tar.2"), "must be named wheels.tar.1"),
+    "wheel ../../evil.whl": (_wheel_renamed("../../evil.whl"), "not a plain <group>/<name>.whl"),
+    "wheel /abs/evil.whl": (_wheel_renamed("/tmp/evil.whl"), "not a plain <group>/<name>.whl"),
+    "wheel main/../../x.whl": (_wheel_renamed("main/../../x.whl"), "not a plain"),
+    "wheel in another group": (_wheel_renamed("elsewhere/x-1.0-py3-none-any.whl"), "not a plain"),
+    "wheel .hidden": (_wheel_renamed("main/.x.whl"), "not a plain"),
+    "bytes a string": (_part(0, bytes="12"), "whole number of bytes"),
+    "bytes true": (_part(0, bytes=True), "whole number of bytes"),
+    "bytes negative": (_part(0, bytes=-1), "whole number of bytes"),
+    "bytes huge": (_part(0, bytes=2**70), "whole number of bytes"),
+    "bytes a float": (_part(0, bytes=1.5), "whole number of bytes"),
+    "sha256 uppercase": (_part(0, sha256="A" * 64), "64 lowercase hex digits"),
+    "sha256 short": (_part(0, sha256="ab"), "64 lowercase hex digits"),
+    "sha256 a number": (_part(0, sha256=7), "64 lowercase hex digits"),
+    "bundle_sha256 missing": (_drop("bundle_sha256"), "expected an object with"),
+    "part without sha256": (_drop("parts", 0, "sha256"), "must be an object with"),
+    "parts a string": (_set("parts", "wheels.tar.1"), "parts must be a list"),
+    "parts empty": (_set("parts", []), "parts must be a list"),
+    "wheels a list": (_set("wheels", ["main/x.whl"]), "wheels must be an object"),
+    "an extra key": (_set("mine", 1), "expected an object with"),
+    "parts adding up past the bound": (
+        lambda m: m["parts"].extend(
+            {"name": f"wheels.tar.{i}", "bytes": 2**30, "sha256": "0" * 64} for i in (3, 4, 5)
+        ),
+        "add up to more than",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_MANIFESTS))
+@pytest.mark.parametrize("command", ["gather", "install"])
+def test_a_hostile_manifest_is_refused_and_nothing_is_written(
+    case, command, carried, tmp_path, capsys
+):
+    change, words = HOSTILE_MANIFESTS[case]
+    edit_manifest(carried, change)
+    (tmp_path / "x").write_text("theirs")  # what ../x would overwrite
+    before = files(tmp_path)
+    argv = [command, carried, "--store", tmp_path / "store"]
+    argv += ["--target", tmp_path / "site"] * (command == "install")
+    code, err = carry_outcome(argv, capsys)
+    said_once(code, err, words=words)
+    assert files(tmp_path) == before and (tmp_path / "x").read_text() == "theirs"
+
+
+def _raw(data: bytes):
+    def write(folder: Path) -> None:
+        (folder / "manifest.json").write_bytes(data)
+
+    return write
+
+
+def _folder_manifest(folder: Path) -> None:
+    (folder / "manifest.json").unlink()
+    (folder / "manifest.json").mkdir()
+
+
+MALFORMED = {
+    "not UTF-8": (_raw(b'{"parts": "\xff\xfe"}'), "is not UTF-8"),
+    "nesting bomb": (_raw(b"[" * 200_000 + b"]" * 200_000), "maximum recursion depth"),
+    "deep but small": (_raw(b"[" * 100_000), "not a manifest"),
+    "5,000-digit number": (_raw(b'{"bundle_sha256": ' + b"9" * 5000 + b"}"), "not a manifest"),
+    "over the size bound": (_raw(b" " * (2 << 20) + b"{}"), "larger than"),
+    "NaN bytes": (_raw(b'{"parts": NaN}'), "expected an object with"),
+    "empty": (_raw(b""), "not a manifest"),
+    "a JSON list": (_raw(b"[]"), "expected an object with"),
+    "a folder": (_folder_manifest, "cannot be read"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_manifest_is_one_line(case, carried, tmp_path, capsys):
+    make, words = MALFORMED[case]
+    make(carried)
+    before = files(tmp_path)
+    code, err = carry_outcome(["gather", carried, "--store", tmp_path / "store"], capsys)
+    said_once(code, err, words=words)
+    assert files(tmp_path) == before
+
+
+def test_a_store_holding_someone_elses_manifest_is_left_whole(carried, tmp_path, capsys):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "manifest.json").write_text('{"mine": true}')
+    (store / "thesis.tex").write_text("years of work")
+    before = files(tmp_path)
+    code, err = carry_outcome(["gather", carried, "--store", store], capsys)
+    said_once(code, err, words="holds files this tool did not write")
+    assert files(tmp_path) == before and (store / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_store_of_ours_loses_only_the_old_packs_own_files(carried, tmp_path, capsys):
+    from tests.test_carry_wheels import fake_wheel
+    from tools import carry_wheels
+
+    store = tmp_path / "store"
+    carry_wheels.gather(carried, store)
+    (store / "notes.txt").write_text("kept")  # put there by hand later: not the tool's
+    fake_wheel(tmp_path / "wheels" / "main", "fakeextra", b"x" * 1000)
+    newer = carry_wheels.pack(tmp_path / "wheels", tmp_path / "newer", part_mib=0.05)
+    carry_wheels.gather(newer[1], store)
+    capsys.readouterr()
+    assert sorted(p.name for p in store.iterdir()) == [
+        ".carry_wheels_store", "manifest.json", "notes.txt", "wheels.tar.2"
+    ]  # fmt: skip
+
+
+def test_a_bundle_holding_more_than_its_manifest_lists_is_refused(tmp_path, capsys):
+    """Checksums all sound, but the tar carries a file the manifest does not name."""
+    import hashlib
+    import io
+    import tarfile
+
+    def sha(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    wheel, extra = b"wheel bytes", b"not listed"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in (("main/a-1.0-py3-none-any.whl", wheel), ("main/evil.pth", extra)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    bundle = buffer.getvalue()
+    folder = tmp_path / "part1"
+    folder.mkdir()
+    (folder / "wheels.tar.1").write_bytes(bundle)
+    (folder / "manifest.json").write_text(json.dumps({
+        "bundle_sha256": sha(bundle),
+        "parts": [{"name": "wheels.tar.1", "bytes": len(bundle), "sha256": sha(bundle)}],
+        "wheels": {"main/a-1.0-py3-none-any.whl": {"bytes": len(wheel), "sha256": sha(wheel)}},
+    }))  # fmt: skip
+    store, target = tmp_path / "store", tmp_path / "site"
+    code, err = carry_outcome(["install", folder, "--store", store, "--target", target], capsys)
+    said_once(code, err, words="other files than the wheels its manifest lists")
+    assert not target.exists() and not (tmp_path / "site-fa4b18").exists()
+    assert {p.name for p in store.iterdir()} == {".carry_wheels_store", "manifest.json",
+                                                  "wheels.tar.1"}  # fmt: skip
+
+
+def test_a_side_target_of_someone_elses_is_not_replaced(carried, tmp_path, capsys):
+    side = tmp_path / "site-fa4b18"
+    side.mkdir()
+    (side / "theirs.py").write_text("kept = True\n")
+    argv = ["install", carried, "--store", tmp_path / "store", "--target", tmp_path / "site"]
+    code, err = carry_outcome(argv, capsys)
+    said_once(code, err, words="did not install")
+    assert [p.name for p in side.iterdir()] == ["theirs.py"]
+
+
+@pytest.mark.parametrize("mib", ["nan", "inf", "-1", "0", "1e400", "1e12", "x"])
+def test_pack_refuses_a_part_size_in_one_line(mib, carried, tmp_path, capsys):
+    before = files(tmp_path)
+    argv = ["pack", "--wheels", tmp_path / "wheels", "--out", tmp_path / "o", "--part-mib", mib]
+    code, err = carry_outcome(argv, capsys)
+    said_once(code, err, words="--part-mib")
+    assert files(tmp_path) == before
+
+
+def test_pack_keeps_a_part_folder_it_did_not_write(carried, tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "part1" / "thesis.tex").write_text("years of work")
+    (out / "part7").mkdir()
+    (out / "part7" / "manifest.json").write_text("{}")
+    (out / "part7" / "notes.txt").write_text("mine")
+    before = files(out)
+    argv = ["pack", "--wheels", tmp_path / "wheels", "--out", out, "--part-mib", "0.05"]
+    code, err = carry_outcome(argv, capsys)
+    said_once(code, err, words="holds files pack did not write")
+    assert {"part1/thesis.tex", "part7/notes.txt", "part7/manifest.json"} <= files(out)
+    assert files(out) <= before
