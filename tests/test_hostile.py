@@ -946,3 +946,64 @@ def test_pack_keeps_a_part_folder_it_did_not_write(carried, tmp_path, capsys):
     said_once(code, err, words="holds files pack did not write")
     assert {"part1/thesis.tex", "part7/notes.txt", "part7/manifest.json"} <= files(out)
     assert files(out) <= before
+
+
+# --- 2. tools/tp_scaling.py: --run-timeout, and no torchrun left behind -----------------------
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-inf", "-1", "0", "1e400", "1e9", "x", ""])
+def test_tp_scaling_refuses_a_run_timeout_that_is_not_finite_positive(timeout, tmp_path, capsys):
+    from tools import tp_scaling
+
+    argv = [str(tmp_path / "out"), "--device", "cpu", "--run-timeout", timeout]
+    code, _, err = outcome(tp_scaling.main, argv, capsys)
+    said_once(code, err.replace("tp_scaling.py: error:", "error:"), words="--run-timeout")
+    assert files(tmp_path) == set()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")  # a zombie waits for its parent (init), it runs nothing
+
+
+@pytest.mark.parametrize("raised", [RuntimeError("boom"), KeyboardInterrupt()], ids=repr)
+def test_tp_scaling_stops_its_launch_on_any_exception(raised, tmp_path, monkeypatch):
+    """A launch (a parent and a worker, as torchrun and its rank) and an exception while
+    waiting for it: both stopped before the exception goes on."""
+    from tools import tp_scaling
+
+    pids = tmp_path / "pids"
+    launch = [sys.executable, "-c",
+              "import os, subprocess, sys, time\n"
+              "worker = subprocess.Popen(['sleep', '60'])\n"
+              f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{worker.pid}}')\n"
+              "time.sleep(60)\n"]  # fmt: skip
+
+    def interrupted(self, timeout=None):
+        while not pids.exists() or not pids.read_text():
+            time.sleep(0.05)
+        raise raised
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    monkeypatch.setattr(tp_scaling, "STOP_GRACE_S", 5)
+    with pytest.raises(type(raised)):
+        tp_scaling.run_one(launch, tmp_path / "log", timeout_s=30)
+    parent, worker = map(int, pids.read_text().split())
+    deadline = time.monotonic() + 5
+    while not (_gone(parent) and _gone(worker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(parent) and _gone(worker)
+
+
+def test_tp_scaling_says_an_interrupt_in_one_line(tmp_path, capsys, monkeypatch):
+    from tools import tp_scaling
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tp_scaling, "run_one", interrupted)
+    code, _, err = outcome(tp_scaling.main, [str(tmp_path / "o"), "--device", "cpu"], capsys)
+    said_once(code, err.replace("tp_scaling.py: error:", "error:"), want=130, words="stopped")
