@@ -30,7 +30,8 @@ tools/tp_scaling.py measures both, eager and compiled.
 
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --compile     # the same shape (the default)
-    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
+    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager       (GPU ranks)
+    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager_cpu   (CPU ranks, gloo)
 """
 
 import sys

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
 import math
 import os
 import shlex
@@ -231,10 +232,29 @@ def resolve(args: argparse.Namespace) -> Run:
             "chain, not GPU kernels"
         )
     device = torch.device("cuda" if args.device != "cpu" and has_gpu else "cpu")
+    if device.type == "cpu":
+        _quiet_cuda_home_note()
     torch.manual_seed(args.seed)
     if getattr(args, "compile", False):
         compile_in_process()
     return Run(device=device, dtype=DTYPES[args.dtype], dtype_name=args.dtype)
+
+
+class _NoCudaHomeNote(logging.Filter):
+    """Drops torch's "No CUDA runtime is found, using CUDA_HOME=..." (a warning that
+    torch.utils.cpp_extension logs when Inductor imports it on a machine with a CUDA toolkit
+    and no GPU): the run chose the CPU, where that toolkit plays no part."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+
+def _quiet_cuda_home_note() -> None:
+    """Silence that one note in a run on the CPU (before anything compiles and imports
+    cpp_extension); every other message of the logger stays."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaHomeNote) for f in logger.filters):
+        logger.addFilter(_NoCudaHomeNote())
 
 
 COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"

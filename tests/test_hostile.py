@@ -1061,3 +1061,106 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused_before_any_work(
     said_once(code, err, words="another run is writing into")
     assert files(tmp_path) == before
     assert (folder / "d8_h16_bf16_cpu.csv").read_text() == "the first sweep's rows\n"
+
+
+# --- 5. a newcomer's first hour: a busy machine said, noise on stderr, the memory plot -------
+
+
+@pytest.fixture
+def fresh_busy_note(monkeypatch):
+    from common.measuring import timing
+
+    monkeypatch.setattr(timing, "_said_busy", False)
+    return timing
+
+
+@pytest.mark.parametrize("load", [0.1, 1.0, 1.01, 50.0])
+def test_a_busy_machine_is_said_once_before_cpu_timings(load, fresh_busy_note, capsys,
+                                                        monkeypatch):  # fmt: skip
+    timing = fresh_busy_note
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    said = [timing.warn_if_cpu_busy(on_gpu=False) for _ in range(3)]
+    assert not timing.warn_if_cpu_busy(on_gpu=True)
+    out = capsys.readouterr().out
+    if load > 1:
+        assert said == [True, False, False] and out.count("\n") == 1
+        assert f"load average {load:.1f}" in out and "cannot be trusted" in out
+    else:
+        assert said == [False] * 3 and out == ""
+
+
+def test_a_lesson_on_a_busy_cpu_says_so_before_its_table(fresh_busy_note, tmp_path, capsys,
+                                                         monkeypatch):  # fmt: skip
+    from tests.helpers import run_script
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.0 * (os.cpu_count() or 1),) * 3)
+    argv = [*LINEAR_SMALL, "--bench", "--traces-dir", str(tmp_path)]
+    assert run_script("02_linear", *argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("cannot be trusted") == 1  # once, though the table and --bench both ask
+    assert out.index("cannot be trusted") < out.index("bench (profiler detached)")
+
+
+def test_the_cuda_home_note_is_silenced_in_a_cpu_run(tmp_path, capsys, caplog):
+    import logging
+    from argparse import Namespace
+
+    from common import cli
+
+    args = Namespace(device="cpu", dtype="bf16", seed=0, compile=False)
+    cli.resolve(args)
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING):
+        logger = logging.getLogger("torch.utils.cpp_extension")
+        logger.warning("No CUDA runtime is found, using CUDA_HOME='%s'", "/usr/local/cuda")
+        logger.warning("another warning of cpp_extension")
+    assert [r.getMessage() for r in caplog.records] == ["another warning of cpp_extension"]
+
+
+def test_01s_cold_schedule_raises_no_warmup_warning(tmp_path, capsys):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, err = lesson("01_matmul_add", "--size", "8", "--traces-dir", str(tmp_path),
+                           capsys=capsys)  # fmt: skip
+    assert code == 0, err
+    assert not [w for w in caught if "won't be using warmup" in str(w.message)]
+
+
+def test_05s_docstring_names_the_cpu_runs_trace():
+    from tests.helpers import load_script
+
+    doc = load_script("05_tp_mlp").__doc__
+    assert "explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager_cpu" in doc
+
+
+@pytest.mark.parametrize(
+    "phases",
+    [
+        [("forward", 0, 900), ("backward", 900, 903), ("optimizer", 903, 905)],
+        [("forward", 0, 1), ("backward", 1, 2), ("optimizer", 2, 3)],
+        [("forward", 0, 400), ("backward", 400, 800), ("optimizer", 800, 1000)],
+    ],
+    ids=["small backward and optimizer", "all three tiny", "wide"],
+)
+def test_the_memory_plots_phase_labels_never_overlap(phases):
+    import matplotlib.pyplot as plt
+
+    from common import memory
+
+    times = [float(t) for t in range(0, 1001, 50)]
+    sizes = [[1 << 20] * len(memory.CATEGORIES) for _ in times]
+    fig = memory.draw(memory.StepMemory(times, sizes, phases), "a small step")
+    try:
+        renderer = fig.canvas.get_renderer()
+        texts = [t for t in fig.axes[0].texts if t.get_text() in {p[0] for p in phases}]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        assert len(boxes) == 3
+        for i, a in enumerate(boxes):
+            assert not any(a.overlaps(b) for b in boxes[i + 1 :]), [t.get_text() for t in texts]
+        title = fig.axes[0].title.get_window_extent(renderer)
+        assert not any(title.overlaps(b) for b in boxes)
+    finally:
+        plt.close(fig)
