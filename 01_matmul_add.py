@@ -31,6 +31,9 @@ from common.measuring import bench, traffic
 from tracereader import Expect
 
 SCRIPT = "01_matmul_add"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# measured: 8 (tools/dev/step_memory.py, CPU)
+EVENTS_PER_STEP = 8
 ANNOTATION = "matmul_add"
 # With the post's schedule (wait=1, warmup=1, active=3) the cold call runs in the untraced wait
 # step, so the first recorded step is already warm: on an H100 the cold and warm traces' first
@@ -99,7 +102,7 @@ def main(argv=None) -> int:
     n = args.size
     elt = cli.element_size(run)
     # x, w, b and two outputs alive at once; the float32 reference: copies of x, w, b, result.
-    cli.ensure_fits(5 * n * n * elt + 4 * n * n * 4, run)
+    cli.ensure_fits(5 * n * n * elt + 4 * n * n * 4, run, trace=cli.profiled(args, EVENTS_PER_STEP))
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,

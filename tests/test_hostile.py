@@ -1164,3 +1164,72 @@ def test_the_memory_plots_phase_labels_never_overlap(phases):
         assert not any(title.overlaps(b) for b in boxes)
     finally:
         plt.close(fig)
+
+
+# --- 1. --active: what the profiler will hold, bounded before profiling -----------------------
+
+ATTENTION_SMALL = ["--batch", "1", "--heads", "2", "--seq", "16", "--head_dim", "16"]
+TRAIN_SMALL = ["--batch", "2", "--seq", "16", "--dim", "64", "--hidden", "128", "--heads", "2",
+               "--layers", "2"]  # fmt: skip
+ACTIVE_LESSONS = {
+    "01_matmul_add": ["--size", "16"],
+    "02_linear": LINEAR_SMALL,
+    "03_simple_mlp": ["--batch", "2", "--seq", "3", "--dim", "8", "--hidden", "16"],
+    "04_a_naive_attention": ATTENTION_SMALL,
+    "04_b_inplace_ops_attention": ATTENTION_SMALL,
+    "04_c_sdpa_attention": [*ATTENTION_SMALL, "--backend", "math"],
+    "06_train_step": TRAIN_SMALL,
+}  # 03_fused, 03_kernels and 04_d run on a GPU only; 08 records at most --new-tokens - 1
+# decode steps, which its context bounds (255 tokens of ~60 events for the tiny preset)
+
+
+@pytest.mark.parametrize("script", list(ACTIVE_LESSONS))
+def test_an_active_count_whose_events_do_not_fit_is_refused_before_profiling(
+    script, tmp_path, capsys, monkeypatch
+):
+    """256 MiB of RAM and --active 10,000: the profiler's events (estimated a step, times the
+    steps) would not fit; refused before the profiler starts, naming an --active that fits."""
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the run started profiling before refusing")
+
+    monkeypatch.setattr("common.cli.available_ram", lambda: 256 << 20)
+    monkeypatch.setattr("torch.profiler.profile.__enter__", no_work)
+    argv = [*ACTIVE_LESSONS[script], "--active", "10000", "--traces-dir", str(tmp_path)]
+    code, err = lesson(script, *argv, capsys=capsys)
+    line = said_once(code, err, words="--active 10000 would hold about")
+    assert "of profiler events" in line and "or fewer" in line
+    assert files(tmp_path) == set()
+
+
+def test_06_at_active_3000_is_refused_on_this_machine(tmp_path, capsys):
+    """The issue's case: 3,000 recorded training steps of a tiny model grew past 23 GB."""
+    from argparse import Namespace
+
+    from common import cli
+    from tests.helpers import load_script
+
+    events = load_script("06_train_step").events_per_step(2)
+    trace = cli.profiled(Namespace(warmup_steps=1, active=3000), events)
+    ram = cli.available_ram()
+    if (
+        ram is None
+        or trace.nbytes(cli.resolve(Namespace(device="cpu", dtype="bf16", seed=0))) < ram
+    ):
+        pytest.skip("this machine has the RAM for it")
+    capsys.readouterr()
+    argv = [*TRAIN_SMALL, "--active", "3000", "--traces-dir", str(tmp_path)]
+    code, err = lesson("06_train_step", *argv, capsys=capsys)
+    said_once(code, err, words="--active 3000 would hold about")
+    assert files(tmp_path) == set()
+
+
+def test_the_estimate_is_what_was_measured():
+    """06's estimate covers its measured 1,302 and 4,113 events a step (1 and 4 layers) at
+    the measured ~7.7 kB an event."""
+    from common import cli
+    from tests.helpers import load_script
+
+    train = load_script("06_train_step")
+    assert train.events_per_step(1) >= 1_302 and train.events_per_step(4) >= 4_113
+    assert cli.TRACE_BYTES_PER_EVENT >= 7_712
