@@ -26,6 +26,9 @@ from common.measuring import bench, traffic
 from tracereader import Expect
 
 SCRIPT = "02_linear"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# measured: 12 (tools/dev/step_memory.py, CPU)
+EVENTS_PER_STEP = 12
 ANNOTATION = "linear_fwd"
 
 
@@ -70,7 +73,11 @@ def main(argv=None) -> int:
     b, i, o = args.batch, args.in_dim, args.out_dim
     # x, w, bias, two outputs alive at once (warm-up keeps the last), and the float32
     # reference with its float32 copies of x and w.
-    cli.ensure_fits((b * i + i * o + o + 2 * b * o) * elt + (b * i + i * o + b * o) * 4, run)
+    cli.ensure_fits(
+        (b * i + i * o + o + 2 * b * o) * elt + (b * i + i * o + b * o) * 4,
+        run,
+        trace=cli.profiled(args, EVENTS_PER_STEP),
+    )
     out = outputs.prepare(
         args.traces_dir, SCRIPT, outputs.run_tag(shapes.linear_tag(args), args, run), gzip=args.gzip
     )

@@ -28,6 +28,9 @@ from models import liger_geglu_mlp
 from tracereader import Expect
 
 SCRIPT = "03_kernels_mlp"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# as 03_simple_mlp's 37 measured, rounded up: the same MLP, Liger's ops
+EVENTS_PER_STEP = 40
 ANNOTATION = "kernels_mlp_fwd"
 # What to do where torch.compile cannot compile Liger's module (profiling.warm_up refuses then)
 UNCOMPILED = "LigerGEGLUMLP: its GeGLU is already fused by hand, run without --compile"
@@ -65,7 +68,9 @@ def main(argv=None) -> int:
     args = parse(argv)
     cli.require_gpu(f"{SCRIPT}.py", args, "Liger's GeGLU is Triton (03_simple_mlp runs on a CPU)")
     run = cli.resolve(args)
-    cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
+    cli.ensure_fits(
+        shapes.mlp_bytes_needed(args, run), run, trace=cli.profiled(args, EVENTS_PER_STEP)
+    )
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,

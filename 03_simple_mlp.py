@@ -32,6 +32,9 @@ from models import geglu_reference as reference
 from tracereader import Expect
 
 SCRIPT = "03_simple_mlp"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# measured: 37 (tools/dev/step_memory.py, CPU), rounded up
+EVENTS_PER_STEP = 40
 ANNOTATION = "mlp_fwd"
 
 
@@ -76,7 +79,9 @@ def parse(argv):
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
-    cli.ensure_fits(shapes.mlp_bytes_needed(args, run), run)
+    cli.ensure_fits(
+        shapes.mlp_bytes_needed(args, run), run, trace=cli.profiled(args, EVENTS_PER_STEP)
+    )
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,

@@ -33,6 +33,9 @@ from models import attention_reference as reference
 from tracereader import Expect
 
 SCRIPT = "04_a_naive_attention"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# measured: 47 (tools/dev/step_memory.py, CPU), rounded up
+EVENTS_PER_STEP = 50
 ANNOTATION = "attn_fwd"
 
 
@@ -118,7 +121,11 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     elt = cli.element_size(run)
     # The forward holds two [B, H, S, S] buffers at once (each op's input and output).
-    cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=2 * elt), run)
+    cli.ensure_fits(
+        shapes.attention_bytes_needed(args, run, score_bytes=2 * elt),
+        run,
+        trace=cli.profiled(args, EVENTS_PER_STEP),
+    )
     out = outputs.prepare(
         args.traces_dir,
         SCRIPT,

@@ -67,6 +67,9 @@ from models import attention_reference as reference
 from tracereader import Expect
 
 SCRIPT = "04_c_sdpa_attention"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# measured: 21 a backend (tools/dev/step_memory.py, CPU); --backend all profiles up to 4
+EVENTS_PER_STEP = 100
 ANNOTATION = "attn_fwd"
 BACKENDS = {
     "math": SDPBackend.MATH,
@@ -323,6 +326,7 @@ def main(argv=None) -> int:
             args, run, score_bytes=9 if needs_math else 0, fp32_copies=6 if needs_math else 0
         ),
         run,
+        trace=cli.profiled(args, EVENTS_PER_STEP),
     )
 
     shape = (args.batch, args.heads, args.seq, args.head_dim)

@@ -50,6 +50,9 @@ from models import attention_reference
 from tracereader import Expect
 
 SCRIPT = "04_d_kernels_attention"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# as 04_a's 47 measured, an upper bound: one attention call a step
+EVENTS_PER_STEP = 50
 ANNOTATION = "flash_kernel_fwd"
 VARIANTS = {
     # kernels-community/flash-attn2 keeps each major version on a branch (v1, v2, v3). v1 and
@@ -147,7 +150,11 @@ def main(argv=None) -> int:
     )
     run = cli.resolve(args)
     kernel_source.refuse_flash(args.variant, run)  # fp32, and FA3 off Hopper: one line each
-    cli.ensure_fits(shapes.attention_bytes_needed(args, run, score_bytes=0), run)
+    cli.ensure_fits(
+        shapes.attention_bytes_needed(args, run, score_bytes=0),
+        run,
+        trace=cli.profiled(args, EVENTS_PER_STEP),
+    )
     flash_attn_func, source = load_flash_attn_func(args.variant)
     # fa4 where FlashAttention-4 answered (its function lives in flash_attn.cute), else the Hub's
     which = "fa4" if flash_attn_func.__module__.startswith("flash_attn.cute") else args.variant

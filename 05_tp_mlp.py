@@ -30,7 +30,8 @@ tools/tp_scaling.py measures both, eager and compiled.
 
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --compile     # the same shape (the default)
-    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
+    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager       (GPU ranks)
+    uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager_cpu   (CPU ranks, gloo)
 """
 
 import sys
@@ -49,6 +50,9 @@ from models import geglu_reference as reference
 from tracereader import Expect
 
 SCRIPT = "05_tp_mlp"
+# Profiler events a recorded step adds (cli.ensure_fits bounds --active with it):
+# 03_simple_mlp's 37 measured, plus the all-reduce and DTensor's redistribution
+EVENTS_PER_STEP = 60
 ANNOTATION = "tp_mlp_fwd"
 
 
@@ -163,7 +167,9 @@ def main(argv=None) -> int:
     # The whole MLP and the float32 reference live on every rank before the split.
     extra = 3 * args.dim * args.hidden // launch.world * cli.element_size(run)
     extra += bench_ranks.LINK_BYTES if args.bench and run.on_gpu else 0
-    cli.ensure_fits(shapes.mlp_bytes_needed(args, run) + extra, run)
+    cli.ensure_fits(
+        shapes.mlp_bytes_needed(args, run) + extra, run, trace=cli.profiled(args, EVENTS_PER_STEP)
+    )
 
     # Every rank builds the whole MLP and x from the same seed, so every rank holds the same
     # weights and input; the reference is the single-process MLP's output, before the split.

@@ -77,6 +77,15 @@ from models import TinyLM
 from tracereader import Expect, bytes_text
 
 SCRIPT = "07_fsdp_train"
+
+
+def events_per_step(layers: int) -> int:
+    """Profiler events a recorded step adds on one rank (cli.ensure_fits bounds --active with
+    it): 06's measured ~940 a layer (the same TinyLM step), rounded up with FSDP's all-gathers,
+    reduce-scatters and their copies per layer."""
+    return 1_000 + 2_000 * layers
+
+
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
 PHASES = (ANNOTATION, "backward", "optimizer")
 LR = 1e-3  # AdamW's default
@@ -292,7 +301,11 @@ def main(argv=None) -> int:
     tag = outputs.run_tag(shape, args, run, extra=extra)
     out = torchrun.prepare(args.traces_dir, SCRIPT, tag, launch, gzip=args.gzip)
     group = torchrun.init_process_group(run, launch, timeout_s=args.timeout)
-    cli.ensure_fits(bytes_needed(args, launch.world), run)
+    cli.ensure_fits(
+        bytes_needed(args, launch.world),
+        run,
+        trace=cli.profiled(args, events_per_step(args.layers)),
+    )
 
     # Every rank builds the whole model from the same seed (the same weights everywhere), and
     # draws every rank's batch, keeping its own: the reference trains on all of them at once.

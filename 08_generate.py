@@ -60,6 +60,16 @@ from common.measuring import ceilings, traffic
 from tracereader import Expect
 
 SCRIPT = "08_generate"
+
+
+def events_per_step(layers: int) -> int:
+    """Profiler events a recorded step (a decode token; the prefill is one more) adds
+    (cli.ensure_fits bounds --active with it): 27 measured on the CPU for the tiny preset's
+    2 layers (tools/dev/step_memory.py); taken as 20 a layer and 20 besides, rounded up for
+    the transformers implementation's extra ops."""
+    return 20 + 20 * layers
+
+
 ANNOTATION = "decode"  # each new token's step; the prompt's is "prefill"
 PHASES = ("prefill", "decode")
 # The first divergence from the reference is rounding when the reference itself scores our
@@ -472,7 +482,7 @@ def main(argv=None) -> int:
     need = bytes_needed(cfg, args.batch, *sizes, reference=True)
     for batch in args.sweep_batch or ():  # the sweep checks no tokens: no reference
         need = max(need, bytes_needed(cfg, batch, *sizes, reference=False))
-    cli.ensure_fits(need, run)
+    cli.ensure_fits(need, run, trace=cli.profiled(args, events_per_step(cfg.layers)))
     # A static cache holds every token fed through the model (prompt + new - 1), rounded up
     # to 16 positions: SDPA's fused kernels want the mask's rows aligned (else pad it per call).
     max_len = -(-(args.prompt + args.new_tokens - 1) // 16) * 16

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
 import math
 import os
 import shlex
@@ -231,10 +232,29 @@ def resolve(args: argparse.Namespace) -> Run:
             "chain, not GPU kernels"
         )
     device = torch.device("cuda" if args.device != "cpu" and has_gpu else "cpu")
+    if device.type == "cpu":
+        _quiet_cuda_home_note()
     torch.manual_seed(args.seed)
     if getattr(args, "compile", False):
         compile_in_process()
     return Run(device=device, dtype=DTYPES[args.dtype], dtype_name=args.dtype)
+
+
+class _NoCudaHomeNote(logging.Filter):
+    """Drops torch's "No CUDA runtime is found, using CUDA_HOME=..." (a warning that
+    torch.utils.cpp_extension logs when Inductor imports it on a machine with a CUDA toolkit
+    and no GPU): the run chose the CPU, where that toolkit plays no part."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No CUDA runtime is found")
+
+
+def _quiet_cuda_home_note() -> None:
+    """Silence that one note in a run on the CPU (before anything compiles and imports
+    cpp_extension); every other message of the logger stays."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoCudaHomeNote) for f in logger.filters):
+        logger.addFilter(_NoCudaHomeNote())
 
 
 COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
@@ -302,11 +322,47 @@ def _gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.1f}"
 
 
-def ensure_fits(nbytes: int, run: Run) -> None:
+# What the profiler holds per recorded event until the export, on the host, measured here
+# (tools/dev/step_memory.py, CPU, torch 2.11): 06's training step at its tiny shape records
+# 2,236 events a step and its peak RSS grew 17.2 MB a step from --active 3 to 103, 7.7 kB an
+# event: Kineto's event, its input shapes (record_shapes=True), the Python FunctionEvent made
+# for key_averages, and the exporter's JSON. The smaller lessons' differences were within
+# the noise of their ~600 MB processes. Rounded up.
+TRACE_BYTES_PER_EVENT = 8 * 1024
+# On a GPU each CPU op that launches work adds its runtime call and its kernel as events.
+GPU_EVENTS_FACTOR = 2
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """What a run's profiler will hold: `events` per step (the lesson's estimate, CPU ops)
+    over `steps` traced steps (warm-up steps are recorded too, then dropped)."""
+
+    events: int
+    steps: int
+    active: int
+
+    def events_per_step(self, run: Run) -> int:
+        return self.events * (GPU_EVENTS_FACTOR if run.on_gpu else 1)
+
+    def nbytes(self, run: Run) -> int:
+        return self.events_per_step(run) * self.steps * TRACE_BYTES_PER_EVENT
+
+
+def profiled(args: argparse.Namespace, events_per_step: int) -> Profiled:
+    return Profiled(
+        events=events_per_step, steps=args.warmup_steps + args.active, active=args.active
+    )
+
+
+def ensure_fits(nbytes: int, run: Run, *, trace: Profiled | None = None) -> None:
     """Refuse, before allocating, a problem larger than the memory the run can get.
 
     `nbytes` is the lesson's estimate of its peak: inputs, weights, the outputs alive at once,
-    and the float32 reference; the reference check's float64 slices are added here.
+    and the float32 reference; the reference check's float64 slices are added here. `trace`
+    is what the profiler will hold on the host until the export (06 at --active 3000 grew
+    past 23 GB on a tiny model): refused when it does not fit the available RAM beside the
+    tensors (on a CPU) or alone (on a GPU, whose tensors are elsewhere).
     """
     nbytes += WORKSPACE_BYTES
     if run.on_gpu:
@@ -315,12 +371,26 @@ def ensure_fits(nbytes: int, run: Run) -> None:
     else:
         free = available_ram()
         where = "available RAM"
-        if free is None:
-            return  # nothing reliable to compare with: let the allocator speak
-    if nbytes > free:
+    if free is not None and nbytes > free:
         raise UsageError(
             f"these sizes need about {_gib(nbytes)} GiB, more than the "
             f"{_gib(free)} GiB of {where}: choose smaller sizes"
+        )
+    if trace is None:
+        return
+    ram = available_ram()
+    if ram is None:
+        return  # nothing reliable to compare with
+    room = ram - (0 if run.on_gpu else nbytes)
+    held = trace.nbytes(run)
+    if held > room:
+        per_step = trace.events_per_step(run) * TRACE_BYTES_PER_EVENT
+        most = max(0, room // per_step - (trace.steps - trace.active))
+        raise UsageError(
+            f"--active {trace.active} would hold about {_gib(held)} GiB of profiler events "
+            f"until the export (~{trace.events_per_step(run):,} a step, "
+            f"~{TRACE_BYTES_PER_EVENT // 1024} kB each), more than the {_gib(max(room, 0))} GiB "
+            f"of available RAM: choose --active {most} or fewer"
         )
 
 

@@ -85,6 +85,15 @@ def record(step: Callable[[], object], run: Run, phases: tuple[str, ...], snapsh
 
 def plot(memory: StepMemory, path: Path, title: str) -> None:
     """Allocated memory over the step, stacked by category, the phases shaded."""
+    fig = draw(memory, title)
+    fig.savefig(path, format="png", dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def draw(memory: StepMemory, title: str):
+    """The figure `plot` saves (returned open, for the tests to measure its labels)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display needed
@@ -99,17 +108,41 @@ def plot(memory: StepMemory, path: Path, title: str) -> None:
         labels=[CATEGORIES[i] for i in shown],
         step="post",
     )
+    labels = []
     for k, (name, start, end) in enumerate(memory.phases):
         ax.axvspan(start / 1e3, end / 1e3, color="grey", alpha=0.08 + 0.08 * (k % 2))
-        ax.text((start + end) / 2e3, 1.0, name, ha="center", va="bottom",
-                transform=ax.get_xaxis_transform())  # fmt: skip
+        labels.append(ax.text((start + end) / 2e3, 1.0, name, ha="center", va="bottom",
+                              transform=ax.get_xaxis_transform()))  # fmt: skip
     ax.set_xlabel("ms from the step's start")
     ax.set_ylabel("allocated MiB")
-    ax.set_title(title, pad=18)
+    rows = stagger(fig, labels)
+    ax.set_title(title, pad=18 + 12 * (rows - 1))  # above the highest row of labels
     ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
+    stagger(fig, labels)  # tight_layout moved the axes: place the labels again
+    return fig
+
+
+def stagger(fig, labels) -> int:
+    """Lift a phase label into the next row above the axes wherever it would overlap a label
+    already placed in its row: at small shapes the backward and optimizer phases are a few
+    pixels wide and their centred names land on top of each other. Returns the rows used."""
+    renderer = fig.canvas.get_renderer()
+    for text in labels:
+        text.set_y(1.0)
+    placed: list[list] = []  # per row, the boxes (in pixels) of the labels in it
+    for text in labels:
+        row = 0
+        while True:
+            text.set_y(1.0 + 0.07 * row)
+            box = text.get_window_extent(renderer).expanded(1.05, 1.0)
+            if row == len(placed):
+                placed.append([])
+            if not any(box.overlaps(other) for other in placed[row]):
+                placed[row].append(box)
+                break
+            row += 1
+    return max(len(placed), 1)
 
 
 def report(memory: StepMemory, arithmetic: dict[str, int]) -> bool:

@@ -9,6 +9,7 @@ temporary folder, and any folder the run created, are removed.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gzip
 import json
 import os
@@ -142,15 +143,42 @@ def prepare(traces_dir: str, script: str, tag: str, *, gzip: bool) -> Outputs:
     return outputs
 
 
-def writable_folder(traces_dir: str, script: str) -> Path:
-    """A folder for outputs written as they come (the sweep's rows): checked, then created."""
+@contextmanager
+def folder_for_rows(traces_dir: str, script: str) -> Iterator[Path]:
+    """A folder for outputs written as they come (the sweep's rows): checked, created, and held
+    by this run alone while the block runs; the folders it created are removed again if the
+    run left nothing in them (a sweep stopped before its first row).
+
+    One writer at a time: a second run into the same folder is refused in one line, before
+    any work, rather than writing its rows into the same CSV between the first one's (and
+    two sweeps at once on one machine would also time each other). The hold is an flock on
+    the folder itself: no lock file to leave behind, released by the kernel when the process
+    ends however it ends.
+    """
     folder = Path(traces_dir) / script
     check_writable(folder, ["x" * 64])
+    created = _missing_folders(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
+        held = os.open(folder, os.O_RDONLY)
     except OSError as err:
         raise UsageError(f"cannot write to {folder}: {err.strerror or err}") from None
-    return folder
+    try:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"another run is writing into {folder} now (its rows and these would "
+                "interleave): wait for it to finish, or give another --traces-dir"
+            ) from None
+        yield folder
+    finally:
+        os.close(held)
+        for made in created:  # deepest first; a folder with anything in it stays
+            try:
+                made.rmdir()
+            except OSError:
+                break
 
 
 def _missing_folders(folder: Path) -> list[Path]:

@@ -20,6 +20,7 @@ from torch.profiler import ProfilerActivity
 
 import tracereader
 from common.cli import Run, UsageError, command_hint, compile_in_process, one_line
+from common.measuring import timing
 from common.outputs import Outputs
 from tracereader import Expect
 from tracereader.trace.model import Trace
@@ -170,6 +171,7 @@ def memory_line(run: Run) -> str:
 
 def show(table: str, outputs: Outputs, run: Run) -> None:
     """Print the table, where the files went, peak memory, and how to look at the trace."""
+    timing.warn_if_cpu_busy(run.on_gpu)  # before the timings it is about
     print(table)
     print(f"trace: {outputs.trace}")
     print(f"table: {outputs.table}")

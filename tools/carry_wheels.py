@@ -30,6 +30,9 @@ import argparse
 import hashlib
 import io
 import json
+import math
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,11 +58,22 @@ WHEELS = (
 )
 # Installed into a target of its own: two versions of one package in one target break it.
 SIDE_WHEELS = {"fa4b18": "flash-attn-4==4.0.0b18"}
+GROUPS = ("main", *SIDE_WHEELS)  # the folders of a bundle; each is one install target
 PLATFORM = ("--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:")
 PLATFORM_TAGS = ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64")
 BUNDLE = "wheels.tar"
 MANIFEST = "manifest.json"
 MiB = 1 << 20
+# A manifest is treated as hostile input: every name in it becomes a path, every number a size.
+MAX_MANIFEST_BYTES = MiB  # pack writes ~2 kB; a larger file is not one of its manifests
+MAX_BUNDLE_BYTES = 2 << 30  # the set is ~200 MiB; the parts are joined in memory
+MAX_PARTS = 1_000
+PART_NAME = re.compile(rf"{re.escape(BUNDLE)}\.([1-9][0-9]{{0,3}})")  # wheels.tar.N, nothing else
+# <group>/<file>.whl: one folder level, plain names (no `..`, no `/`, no leading dot or dash)
+WHEEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*/[A-Za-z0-9][A-Za-z0-9_.+-]*\.whl")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+STORE_MARK = ".carry_wheels_store"  # written into a --store this tool made; nothing else is ours
+INSTALLED = ".carry_wheels_installed"  # in each target install filled: the only ones it replaces
 
 
 class Refusal(Exception):
@@ -119,17 +133,18 @@ def pip_command() -> list[str]:
 def pack(wheels_dir: Path, out: Path, part_mib: float) -> list[Path]:
     """Bundle wheels_dir/<group>/*.whl into parts of at most part_mib MiB under out/partN/, each
     with the manifest; returns the part folders."""
+    size = part_bytes(part_mib)
     wheels = sorted(wheels_dir.glob("*/*.whl"))
     if not wheels:
         raise Refusal(f"no wheels under {wheels_dir}/<group>/ to pack")
+    for wheel in wheels:
+        if not WHEEL_NAME.fullmatch(f"{wheel.parent.name}/{wheel.name}"):
+            raise Refusal(f"{wheel}: not a name pack carries (<group>/<name>.whl, plain names)")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for wheel in wheels:
             tar.add(wheel, arcname=f"{wheel.parent.name}/{wheel.name}")
     bundle = buffer.getvalue()
-    size = int(part_mib * MiB)
-    if size <= 0:
-        raise Refusal(f"--part-mib must be positive, got {part_mib}")
     chunks = [bundle[i : i + size] for i in range(0, len(bundle), size)]
     manifest = {
         "bundle_sha256": sha256(bundle),
@@ -142,9 +157,17 @@ def pack(wheels_dir: Path, out: Path, part_mib: float) -> list[Path]:
             for w in wheels
         },
     }
+    if len(chunks) > MAX_PARTS:
+        raise Refusal(
+            f"{len(chunks)} parts of {part_mib} MiB: more than {MAX_PARTS}, raise --part-mib"
+        )
     for old in out.glob("part*"):  # an earlier pack's parts; nothing else of the folder's
-        if (old / MANIFEST).exists():
-            shutil.rmtree(old)
+        remove_own_part(old)
+    for i in range(1, len(chunks) + 1):
+        if (out / f"part{i}").exists():
+            raise Refusal(
+                f"{out / f'part{i}'} holds files pack did not write: choose another --out"
+            )
     folders = []
     for i, chunk in enumerate(chunks, 1):
         folder = out / f"part{i}"
@@ -156,42 +179,176 @@ def pack(wheels_dir: Path, out: Path, part_mib: float) -> list[Path]:
     return folders
 
 
+def part_bytes(part_mib: float) -> int:
+    if not (math.isfinite(part_mib) and 0 < part_mib * MiB <= MAX_BUNDLE_BYTES):
+        raise Refusal(
+            f"--part-mib must be a finite number above 0 and at most {MAX_BUNDLE_BYTES // MiB}, "
+            f"got {part_mib}"
+        )
+    return max(1, int(part_mib * MiB))
+
+
+def remove_own_part(folder: Path) -> None:
+    """Remove a part folder an earlier pack wrote: only a real folder holding exactly a
+    manifest and wheels.tar.N files; anything else is left as it is."""
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    names = {p.name for p in folder.iterdir()}
+    ours = MANIFEST in names and all(n == MANIFEST or PART_NAME.fullmatch(n) for n in names)
+    if ours and not any((folder / n).is_symlink() or not (folder / n).is_file() for n in names):
+        for name in names:
+            (folder / name).unlink()
+        folder.rmdir()
+
+
 # --- gather and install (on the GPU machine) --------------------------------------------------
 
 
 def read_manifest(folder: Path) -> dict:
+    """The part folder's manifest, refused in one line unless it is exactly what pack writes:
+    names that stay inside the folders they name, sizes and checksums of the right form."""
     path = folder / MANIFEST
     try:
-        return json.loads(path.read_text())
+        with path.open("rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         raise Refusal(f"{path} is missing: pass a part folder that `pack` wrote") from None
-    except json.JSONDecodeError as err:
-        raise Refusal(f"{path} is not a manifest that `pack` wrote ({err})") from None
+    except OSError as err:
+        raise Refusal(f"{path} cannot be read ({err.strerror or err})") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise Refusal(f"{path} is larger than {MAX_MANIFEST_BYTES // 1024} kB: not a manifest")
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Refusal(f"{path} is not UTF-8: not a manifest that `pack` wrote") from None
+    except (ValueError, RecursionError) as err:  # bad JSON, nesting bombs, 5,000-digit numbers
+        raise Refusal(f"{path} is not a manifest that `pack` wrote ({one_line(err)})") from None
+    problem = manifest_problem(manifest)
+    if problem:
+        raise Refusal(f"{path} is not a manifest that `pack` wrote: {problem}")
+    return manifest
+
+
+def one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _size_problem(where: str, value) -> str | None:
+    if type(value) is not int or not 0 <= value <= MAX_BUNDLE_BYTES:
+        return f"{where} must be a whole number of bytes from 0 to {MAX_BUNDLE_BYTES}"
+    return None
+
+
+def _sha_problem(where: str, value) -> str | None:
+    if not isinstance(value, str) or not SHA256.fullmatch(value):
+        return f"{where} must be 64 lowercase hex digits"
+    return None
+
+
+def manifest_problem(manifest) -> str | None:
+    """What makes `manifest` other than pack's: its types, keys, names, sizes; None if sound."""
+    if not isinstance(manifest, dict) or set(manifest) != {"bundle_sha256", "parts", "wheels"}:
+        return "expected an object with bundle_sha256, parts and wheels"
+    parts, wheels = manifest["parts"], manifest["wheels"]
+    if problem := _sha_problem("bundle_sha256", manifest["bundle_sha256"]):
+        return problem
+    if not isinstance(parts, list) or not 0 < len(parts) <= MAX_PARTS:
+        return f"parts must be a list of 1 to {MAX_PARTS} parts"
+    for i, part in enumerate(parts, 1):
+        if not isinstance(part, dict) or set(part) != {"name", "bytes", "sha256"}:
+            return f"part {i} must be an object with name, bytes and sha256"
+        if part["name"] != f"{BUNDLE}.{i}":
+            return f"part {i} must be named {BUNDLE}.{i}, not {str(part['name'])[:60]!r}"
+        if problem := _size_problem(f"part {i}'s bytes", part["bytes"]):
+            return problem
+        if problem := _sha_problem(f"part {i}'s sha256", part["sha256"]):
+            return problem
+    if sum(p["bytes"] for p in parts) > MAX_BUNDLE_BYTES:
+        return f"the parts add up to more than {MAX_BUNDLE_BYTES} bytes"
+    if not isinstance(wheels, dict) or not wheels:
+        return "wheels must be an object of <group>/<name>.whl entries"
+    for name, want in wheels.items():
+        if not WHEEL_NAME.fullmatch(name) or name.split("/")[0] not in GROUPS:
+            return f"wheel {name[:60]!r} is not a plain <group>/<name>.whl inside the bundle"
+        if not isinstance(want, dict) or set(want) != {"bytes", "sha256"}:
+            return f"wheel {name} must be an object with bytes and sha256"
+        if problem := _size_problem(f"wheel {name}'s bytes", want["bytes"]) or _sha_problem(
+            f"wheel {name}'s sha256", want["sha256"]
+        ):
+            return problem
+    return None
+
+
+def open_store(store: Path, manifest: dict) -> None:
+    """Make `store` ready for `manifest`'s parts, deleting nothing this tool did not write.
+
+    A new store gets a mark; an existing folder without the mark holds someone else's files
+    and is refused. A store of ours that holds another pack's parts loses those parts (the
+    names its own, checked, manifest lists) and that manifest, one file at a time.
+    """
+    if store.is_symlink() or (store.exists() and not store.is_dir()):
+        raise Refusal(f"--store {store} is not a folder this tool made: choose another")
+    mark = store / STORE_MARK
+    if store.is_dir() and any(store.iterdir()) and not (mark.is_file() and not mark.is_symlink()):
+        raise Refusal(f"--store {store} holds files this tool did not write: choose another")
+    store.mkdir(parents=True, exist_ok=True)
+    mark.touch()
+    stored = store / MANIFEST
+    if not stored.exists():
+        return
+    try:
+        old = read_manifest(store)
+    except Refusal:
+        old = None
+    if old == manifest:
+        return
+    # another pack's parts: start over rather than join parts of two bundles
+    for part in old["parts"] if old else []:
+        path = store / part["name"]
+        if path.is_file() or path.is_symlink():
+            path.unlink()
+    stored.unlink()
+    print(f"gather: {store} held another pack's parts; removed them")
+
+
+def write_atomically(path: Path, data_from: Path | None = None, text: str | None = None) -> None:
+    """Write (copy `data_from`, or `text`) to path through a temporary name in its folder, so a
+    link planted at `path` is replaced, never written through, and no half file stays."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if data_from is not None:
+            shutil.copyfile(data_from, tmp)
+        else:
+            tmp.write_text(text or "")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def gather(folder: Path, store: Path) -> dict:
     """Check the part(s) in `folder` against the manifest and copy them into `store`; returns
     the manifest. A part whose checksum differs is refused, not kept."""
     manifest = read_manifest(folder)
-    stored = store / MANIFEST
-    if stored.exists() and json.loads(stored.read_text()) != manifest:
-        # another pack's parts: start over rather than join parts of two bundles
-        print(f"gather: {store} held another pack's parts; cleared")
-        shutil.rmtree(store)
-    store.mkdir(parents=True, exist_ok=True)
-    found = 0
+    present = []
     for part in manifest["parts"]:
         path = folder / part["name"]
         if not path.exists():
             continue
+        if not path.is_file() or path.stat().st_size != part["bytes"]:
+            raise Refusal(f"{path}: not a file of the manifest's {part['bytes']} bytes")
         if file_sha256(path) != part["sha256"]:
             raise Refusal(f"{path}: sha256 differs from the manifest (a damaged or stale part)")
-        shutil.copyfile(path, store / part["name"])
+        present.append((path, part))
+    if not present:
+        raise Refusal(f"{folder} holds no part that its manifest lists")
+    open_store(store, manifest)
+    found = 0
+    for path, part in present:
+        write_atomically(store / part["name"], data_from=path)
         found += 1
         print(f"gather: {part['name']} ok ({part['bytes'] / MiB:.1f} MiB) -> {store}")
-    if not found:
-        raise Refusal(f"{folder} holds no part that its manifest lists")
-    (store / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    write_atomically(store / MANIFEST, text=json.dumps(manifest, indent=1) + "\n")
     missing = missing_parts(manifest, store)
     print(
         f"gather: {len(manifest['parts']) - len(missing)} of {len(manifest['parts'])} parts in "
@@ -221,11 +378,15 @@ def reassemble(manifest: dict, store: Path, dest: Path) -> dict[str, list[Path]]
     if sha256(bytes(bundle)) != manifest["bundle_sha256"]:
         raise Refusal("the joined parts' sha256 differs from the manifest (parts out of order?)")
     with tarfile.open(fileobj=io.BytesIO(bytes(bundle)), mode="r") as tar:
+        members = tar.getmembers()
+        names = {m.name for m in members if m.isfile()}
+        if names != set(manifest["wheels"]) or len(members) != len(names):
+            raise Refusal("the bundle holds other files than the wheels its manifest lists")
         tar.extractall(dest, filter="data")
     groups: dict[str, list[Path]] = {}
     for name, want in manifest["wheels"].items():
         wheel = dest / name
-        if not wheel.exists() or file_sha256(wheel) != want["sha256"]:
+        if not wheel.is_file() or wheel.is_symlink() or file_sha256(wheel) != want["sha256"]:
             raise Refusal(f"{name}: missing from the bundle or its sha256 differs")
         groups.setdefault(wheel.parent.name, []).append(wheel)
     print(f"install: {len(manifest['wheels'])} wheels joined and checked")
@@ -243,9 +404,13 @@ def python_path(target: Path) -> str:
 
 def install(folder: Path, store: Path, target: Path, pip: list[str]) -> None:
     manifest = gather(folder, store)
-    stamp = target / ".carry_wheels_installed"
-    if target.is_dir() and any(target.iterdir()) and not stamp.exists():  # not ours to replace
-        raise Refusal(f"--target {target} holds files this tool did not install: choose another")
+    stamp = target / INSTALLED
+    for group in GROUPS:  # every folder install would replace: ours, or empty, or absent
+        into = target_for(target, group)
+        if into.is_symlink() or (into.exists() and not into.is_dir()):
+            raise Refusal(f"{into} is not a folder this tool installed: choose another --target")
+        if into.is_dir() and any(into.iterdir()) and not (into / INSTALLED).is_file():
+            raise Refusal(f"{into} holds files this tool did not install: choose another --target")
     if stamp.exists() and stamp.read_text() == manifest["bundle_sha256"]:
         print(f"install: already installed in {target} (same bundle)")
     else:
@@ -261,6 +426,7 @@ def install(folder: Path, store: Path, target: Path, pip: list[str]) -> None:
                 if done.returncode != 0:
                     tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
                     raise Refusal(f"pip install into {into} failed: {' '.join(tail)}")
+                (into / INSTALLED).write_text(manifest["bundle_sha256"])
         stamp.write_text(manifest["bundle_sha256"])
     print(f"install: export PYTHONPATH={python_path(target)}")
     for group in SIDE_WHEELS:
@@ -268,8 +434,15 @@ def install(folder: Path, store: Path, target: Path, pip: list[str]) -> None:
         print(f"install: for {SIDE_WHEELS[group]} first: PYTHONPATH={side}:{python_path(target)}")
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage mistake is one line and exit 2, as every refusal of this tool."""
+
+    def error(self, message: str):
+        self.exit(2, f"carry_wheels.py: error: {' '.join(message.split())}\n")
+
+
 def parse(argv):
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="carry_wheels.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -307,7 +480,14 @@ def main(argv=None) -> int:
             pip = args.pip.split() if args.pip else pip_command()
             install(args.part, args.store, args.target, pip)
     except Refusal as err:
-        print(f"carry_wheels.py: {err}", file=sys.stderr)
+        print(f"carry_wheels.py: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("carry_wheels.py: error: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except OSError as err:  # a full disk, a read-only store, a folder where a file should be
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"carry_wheels.py: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
     return 0
 

@@ -315,36 +315,38 @@ def main(argv=None) -> int:
     weights = (5 if packed else 3) * args.dim * max(h for *_, h in shapes) * 4
     cli.ensure_fits(biggest * 6 * 4 + weights, run)  # fused: the packed gate/up weight too
     tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
-    folder = outputs.writable_folder(args.traces_dir, SCRIPT)
-    limit = args.recompile_limit or torch._dynamo.config.recompile_limit
-    rows: list[Row] = []
-    total = len(variants) * len(shapes)
-    # Rows reach the CSV as they complete, so a stopped or failed sweep keeps what it measured;
-    # the table and the plot are written at the end, of whatever rows there are.
-    with sweep_report.RowWriter(folder / f"{tag}.csv", Row) as csv_rows:
-        try:
-            # Inductor's on-disk graph cache would turn a later variant's compile into a cache
-            # read: off, so that each compile time is a real compile.
-            with (
-                torch._dynamo.config.patch(recompile_limit=limit),
-                torch._inductor.config.patch(fx_graph_cache=False),
-            ):
-                for row in sweep(variants, shapes, args, run):
-                    rows.append(row)
-                    csv_rows.write(row)
-                    print(f"[{len(rows)}/{total}] {sweep_report.progress(row)}", flush=True)
-        finally:
-            if rows:
-                stopped = len(rows) < total
-                table = sweep_report.table(
-                    rows,
-                    limit=limit,
-                    device=describe(run),
-                    stopped=(len(rows), total) if stopped else None,
-                )
-                print(table)
-                for path in [csv_rows.path, *sweep_report.write(folder, tag, rows, table)]:
-                    print(f"wrote {path}")
+    # One sweep at a time into a folder (a second is refused: rows of two sweeps would
+    # interleave in one CSV); a sweep stopped before its first row leaves no folder behind.
+    with outputs.folder_for_rows(args.traces_dir, SCRIPT) as folder:
+        limit = args.recompile_limit or torch._dynamo.config.recompile_limit
+        rows: list[Row] = []
+        total = len(variants) * len(shapes)
+        # Rows reach the CSV as they complete, so a stopped or failed sweep keeps what it measured;
+        # the table and the plot are written at the end, of whatever rows there are.
+        with sweep_report.RowWriter(folder / f"{tag}.csv", Row) as csv_rows:
+            try:
+                # Inductor's on-disk graph cache would turn a later variant's compile into a cache
+                # read: off, so that each compile time is a real compile.
+                with (
+                    torch._dynamo.config.patch(recompile_limit=limit),
+                    torch._inductor.config.patch(fx_graph_cache=False),
+                ):
+                    for row in sweep(variants, shapes, args, run):
+                        rows.append(row)
+                        csv_rows.write(row)
+                        print(f"[{len(rows)}/{total}] {sweep_report.progress(row)}", flush=True)
+            finally:
+                if rows:
+                    stopped = len(rows) < total
+                    table = sweep_report.table(
+                        rows,
+                        limit=limit,
+                        device=describe(run),
+                        stopped=(len(rows), total) if stopped else None,
+                    )
+                    print(table)
+                    for path in [csv_rows.path, *sweep_report.write(folder, tag, rows, table)]:
+                        print(f"wrote {path}")
     return 0
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import re
 import shlex
@@ -128,8 +129,42 @@ def command(
     ]
 
 
+MAX_RUN_TIMEOUT_S = 7 * 24 * 3600  # a week: past it, no launch of 05 is still worth waiting for
+STOP_GRACE_S = 30  # what torchrun gets after SIGTERM to stop its workers, before SIGKILL
+
+
+def run_timeout(text: str) -> float:
+    """--run-timeout: seconds, a finite number above 0 (nan, inf, 0 and -1 never time out
+    as meant, or end every launch at once)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_RUN_TIMEOUT_S):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a finite number of seconds above 0, at most {MAX_RUN_TIMEOUT_S}"
+        )
+    return seconds
+
+
+def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a launch's whole process group (torchrun and its workers): SIGTERM, then SIGKILL
+    to what is still there after `grace_s`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def run_one(argv: list[str], log: Path, timeout_s: float) -> tuple[int | None, str, float]:
-    """Run one launch in its own process group (a timeout stops torchrun and its workers)."""
+    """Run one launch in its own process group. A timeout stops torchrun and its workers; so
+    does anything else that ends the wait (Ctrl-C, an error here), before it goes on up."""
     start = time.monotonic()
     with open(log, "w") as err:
         proc = subprocess.Popen(
@@ -139,17 +174,11 @@ def run_one(argv: list[str], log: Path, timeout_s: float) -> tuple[int | None, s
             stdout, _ = proc.communicate(timeout=timeout_s)
             code = proc.returncode
         except subprocess.TimeoutExpired:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    proc.wait(timeout=30)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            stop(proc)
             stdout, code = "", None
+        except BaseException:
+            stop(proc)  # no torchrun left running behind the exception
+            raise
     log.with_suffix(".out").write_text(stdout)
     return code, stdout, time.monotonic() - start
 
@@ -184,6 +213,15 @@ def hidden(shape: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return scale(argv)
+    except KeyboardInterrupt:  # the running launch was stopped in run_one
+        print("tp_scaling.py: error: interrupted (Ctrl-C); the running launch was stopped",
+              file=sys.stderr)  # fmt: skip
+        return 130
+
+
+def scale(argv: list[str] | None) -> int:
     parser = Parser(prog="tp_scaling.py", description=__doc__)
     parser.add_argument("out", type=Path, help="folder for the table, the CSV, logs and traces")
     parser.add_argument(
@@ -200,7 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="passed to 05_tp_mlp.py; cpu: gloo ranks on the CPU (default: auto)",
     )
-    parser.add_argument("--run-timeout", type=float, default=240, help="seconds per launch")
+    parser.add_argument(
+        "--run-timeout",
+        type=run_timeout,
+        default=240,
+        help="seconds per launch, finite and above 0; a launch past it is stopped, reported, "
+        "and the rest go on (default: 240)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()  # the runs start in the repository

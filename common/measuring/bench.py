@@ -249,6 +249,7 @@ def report(
     args: argparse.Namespace,
 ) -> timing.Timing:
     """`trace` is the run's own profiled trace, already read back by `profiling.look`."""
+    timing.warn_if_cpu_busy(run.on_gpu)  # said once: here if the table's warning was not
     measured = timing.time_fn(forward, on_gpu=run.on_gpu)
     flops, _ = traffic.total(model)
     recorded = trace

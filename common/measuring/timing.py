@@ -15,12 +15,40 @@ On a CPU the do_bench protocol is repeated with a host clock.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 QUANTILES = (0.5, 0.2, 0.8)
+_said_busy = False
+
+
+def warn_if_cpu_busy(on_gpu: bool) -> bool:
+    """Say once per process, before a CPU run's timings, when the machine is busier than its
+    cores: with more runnable processes than cores (the 1-minute load average above the CPU
+    count), the run waits for a core at any moment, and its profiled steps and --bench times
+    swing 100x and more (02's step: 97 us on a quiet machine, 16-32 ms on a loaded one).
+    On a GPU run the kernels' times hold; only its host-side numbers would move.
+    Returns whether it said so."""
+    global _said_busy
+    if on_gpu or _said_busy:
+        return False
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # a platform without a load average
+        return False
+    cores = os.cpu_count() or 1
+    if load <= cores:
+        return False
+    _said_busy = True
+    print(
+        f"note: this machine is busy (load average {load:.1f} over the last minute, "
+        f"{cores} CPU cores): this run waited for a core among other processes, so its CPU "
+        "timings cannot be trusted; rerun when the load is below the core count"
+    )
+    return True
 
 
 @dataclass(frozen=True)
