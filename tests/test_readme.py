@@ -68,6 +68,35 @@ def test_the_readme_lists_the_commands_it_should():
     ), skipped
 
 
+def _python_312() -> bool:
+    """Whether uv finds a Python 3.12 here without downloading one."""
+    try:
+        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}
+        found = subprocess.run(["uv", "python", "find", "3.12"], capture_output=True,
+                               timeout=30, env=env)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return found.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "command", [c for c in readme_commands() if c.startswith("uvx") and "needs a token" not in c]
+)
+def test_readme_trace_util_lines_run_as_shown(command, tmp_path):
+    """The pinned trace-util lines: where a Python 3.12 is at hand (uv does not download one
+    here), `--help` runs and lists the flags the README's sync line uses."""
+    if not _python_312():
+        pytest.skip("no Python 3.12 on this machine (trace-util 0.2 needs it)")
+    proc = subprocess.run(shlex.split(command.partition("#")[0]), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    if proc.returncode != 0 and "network" in proc.stderr.lower():
+        pytest.skip("trace-util could not be fetched here")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for flag in ("-f", "-b", "--no-delete"):
+        assert flag in proc.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c in readme_commands() if to_argv(c)])
 def test_readme_command_runs_as_shown(command, tmp_path_factory):
