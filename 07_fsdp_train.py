@@ -233,7 +233,7 @@ def parse(argv):
     parser.add_argument("--ddp", action="store_true",
                         help="DistributedDataParallel instead of FSDP2: the whole model on "
                         "every rank, gradients all-reduced in buckets (docstring)")  # fmt: skip
-    parser.add_argument("--bucket-cap-mb", type=bucket_mb, default=None,
+    parser.add_argument("--bucket-cap-mb", type=cli.size_up_to(2**20, "MiB"), default=None,
                         help="with --ddp: DDP's bucket size in MiB (default: 25, DDP's own; the "
                         "first bucket 1 MiB); the all-reduces per step follow from it")  # fmt: skip
     torchrun.add_flags(parser)
@@ -250,17 +250,6 @@ def parse(argv):
     if args.dim % args.heads:
         raise cli.UsageError(f"--heads {args.heads} does not divide --dim {args.dim}")
     return args
-
-
-def bucket_mb(text: str) -> float:
-    """--bucket-cap-mb: a size in MiB, more than 0 and at most 1 TiB."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in MiB, got {text!r}") from None
-    if not 0 < value <= 2**20:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 1048576, got {text}")
-    return value
 
 
 def bytes_needed(args, world: int) -> int:

@@ -29,6 +29,7 @@ from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons u
     non_negative_int,
     one_line,
     positive_int,
+    size_up_to,
 )
 from tracereader.trace.model import ELEMENT_TYPES
 

@@ -239,7 +239,8 @@ from tests.helpers import load_script, run_script
 lesson = load_script("02_linear")
 estimates = []
 real = cli.ensure_fits
-cli.ensure_fits = lambda n, run: (estimates.append(n + cli.WORKSPACE_BYTES), real(n, run))[1]
+cli.ensure_fits = lambda n, run, **kw: (
+    estimates.append(n + cli.WORKSPACE_BYTES), real(n, run, **kw))[1]
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 rc = run_script("02_linear", "--batch", "8000", "--in_dim", "1", "--out_dim", "8000",
                 "--traces-dir", {str(tmp_path)!r})

@@ -76,3 +76,21 @@ def int_in(low: int, high: int, why: str) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def size_up_to(high: float, unit: str) -> Callable[[str], float]:
+    """An argparse type: a size in `unit`, more than 0 and at most `high` (NaN and inf are
+    refused by the same comparison)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a size in {unit}, got {text!r}") from None
+        if not 0 < value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be more than 0 and at most {high:g}, got {text}"
+            )
+        return value
+
+    return parse
