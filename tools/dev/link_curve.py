@@ -86,6 +86,8 @@ def main(argv=None) -> int:
     args = parse(argv)
     launch = torchrun.launched(SCRIPT, argv)
     run = torchrun.resolve(args, launch)
+    if launch.world < 2:
+        raise cli.UsageError("the link joins two ranks or more: launch with --nproc-per-node 2+")
     group = torchrun.init_process_group(run, launch, timeout_s=args.timeout)
     name = torch.cuda.get_device_name(run.device) if run.on_gpu else "CPU"
     say = print if launch.rank == 0 else None

@@ -186,6 +186,15 @@ def main(argv=None) -> int:
         raise UsageError(f"cannot read the inputs: {err}") from None
     if min(counts) < 2:
         raise UsageError("--ranks: predict N of 2 or more")
+    for curve in curves.values():
+        missing = [
+            k for k in ("all-reduce", "all-gather", "reduce-scatter") if k not in curve.points
+        ]
+        if missing and args.train:
+            raise UsageError(f"the {curve.world}-rank curve lacks {', '.join(missing)}: measure "
+                             "all three kinds (python -m tools.dev.link_curve)")  # fmt: skip
+        if "all-reduce" not in curve.points:
+            raise UsageError(f"the {curve.world}-rank curve lacks all-reduce")
     rows = []
     if args.tp:
         tp_shapes = {"post": (64 * 128, 768), "8x": (64 * 128, 2048), "tiny": (8, 16)}

@@ -10,6 +10,7 @@ from pathlib import Path
 from tracereader.analyses import collectives as coll
 from tracereader.analyses.linkcurve import LinkCurve
 from tracereader.analyses.ranks import RankReading
+from tracereader.trace import intervals
 
 
 def _median(values: list[float]) -> float | None:
@@ -68,9 +69,11 @@ def analyse(stem: Path, readings: list[RankReading], link: LinkCurve | None = No
 
     steps_out, transfers, sizes, shapes = [], [], [], Counter()
     waits: dict[int, list[float]] = {r: [] for r in ranks}  # per step: the wait inside it
+    waiting: dict[int, list[list]] = {r: [] for r in ranks}  # per step: when it waited
     for name in common:
         for r in ranks:
             waits[r].append(0.0)
+            waiting[r].append([])
         starts = {r: step_of[r][name].ts for r in ranks}
         first, last = min(starts, key=starts.get), max(starts, key=starts.get)
         entry = {
@@ -110,6 +113,7 @@ def analyse(stem: Path, readings: list[RankReading], link: LinkCurve | None = No
                     wait = min(max(calls[arrival].ts - call.ts, 0.0), call.dur)
                     item["wait_us"][str(r)] = wait
                     waits[r][-1] += wait
+                    waiting[r][-1].append((call.ts, call.ts + wait))
                 launches = {r: c.launch_ts for r, c in calls.items() if c.launch_ts is not None}
                 if len(launches) == len(calls) and len(calls) > 1:
                     # The last rank's host launched last too: its host is late; else its GPU
@@ -126,9 +130,10 @@ def analyse(stem: Path, readings: list[RankReading], link: LinkCurve | None = No
             # per step, the time this rank's collectives spent waiting for the last rank to
             # arrive: exposed time that is another rank's lateness, not the link's
             row["wait_us"] = _median(waits[row["rank"]])
+            # exposed time outside those waits: the waits that compute hid cost nothing
             exposed = [
-                max(s.exposed_us - w, 0.0)
-                for s, w in zip((step_of[row["rank"]][n] for n in common), waits[row["rank"]],
+                intervals.length(intervals.subtract(s.exposed, intervals.union(w)))
+                for s, w in zip((step_of[row["rank"]][n] for n in common), waiting[row["rank"]],
                                 strict=True)
             ]  # fmt: skip
             row["exposed_less_waits_us"] = _median(exposed)
@@ -194,7 +199,8 @@ def analyse(stem: Path, readings: list[RankReading], link: LinkCurve | None = No
 def _against(kind: str, nbytes, bus_GBps: float | None, link: LinkCurve | None) -> dict:
     """One collective kind's bus bandwidth held against the link's curve at its own size and
     kind: its share of the ceiling there (at most 1: faster than the curve reads as at it)."""
-    judged = link.judge(kind, nbytes or 0, (bus_GBps or 0) * 1e9) if link else None
+    known = link is not None and kind is not None and bus_GBps  # else nothing to judge
+    judged = link.judge(kind, nbytes or 0, bus_GBps * 1e9) if known else None
     ceiling = judged.ceiling_bytes_per_s if judged else None
     return {
         "link_GBps": ceiling / 1e9 if ceiling else None,
@@ -211,7 +217,8 @@ def with_link(result: dict, link: LinkCurve | None) -> dict:
     if result["device"] is None:
         return result
     coll = result["collective"]
-    kind = result["by_kind"][0]["kind"] if len(result["by_kind"]) == 1 else "all-reduce"
+    # the headline is one kind's only where the run issues one kind (several: judged per kind)
+    kind = result["by_kind"][0]["kind"] if len(result["by_kind"]) == 1 else None
     return {
         **result,
         "collective": {**coll, **_against(kind, coll["bytes"], coll["bus_GBps"], link)},

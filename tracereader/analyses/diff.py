@@ -55,7 +55,8 @@ def item_bytes(item: GpuItem) -> int | None:
         size = item.args.get("bytes")
         if type(size) is not int or size < 0:
             return None
-        return 2 * size if item.kind == "memcpy" else size
+        device_to_device = "DtoD" in item.name  # a host copy touches GPU memory once
+        return 2 * size if item.kind == "memcpy" and device_to_device else size
     if item.launcher is None or item.klass.joins_previous:
         return None
     dims, types = item.launcher.args.get("Input Dims"), item.launcher.args.get("Input type")
@@ -344,14 +345,8 @@ def step_times(trace: Trace) -> list[float]:
 
 
 def _bound(trace: Trace) -> str | None:
-    """ "GPU-bound" where the GPU waits for launches under a tenth of its window, else
-    "host-bound"; None for a CPU-only trace."""
-    if not trace.gpu_all or not trace.steps:
-        return None
-    parts = idle.split(trace)
-    window = statistics.median(p["window_us"] for p in parts)
-    host = statistics.median(p["host_wait_us"] for p in parts)
-    return "GPU-bound" if window and host < 0.1 * window else "host-bound"
+    found = idle.bound(trace)
+    return found["label"] if found else None
 
 
 NOISE = 3.0  # a change smaller than this many times the steps' relative spread is noise
@@ -370,6 +365,8 @@ def _verdict(times: dict, busy: dict, changed: list[dict], bound: dict) -> str:
     ratio = mb / ma
     spread = max((max(a) - min(a)) / ma, (max(b) - min(b)) / mb)
     apart = max(a) < min(b) or max(b) < min(a)
+    if min(len(a), len(b)) < 3:  # too few steps to see the noise: only a large change counts
+        spread, apart = max(spread, 0.1), False
     if abs(ratio - 1) < max(0.01, NOISE * spread / 2) and not (apart and abs(ratio - 1) > 0.03):
         speed = "not measurably different"
     else:

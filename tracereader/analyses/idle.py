@@ -126,3 +126,30 @@ def _compute(trace: Trace):
             "edge_us": edge,  # host wait at the trace's ends, no GPU work on one side of it
         })  # fmt: skip
     return bounds, rows
+
+
+def bound(trace: Trace) -> dict | None:
+    """What bounds the steps, from their GPU windows (medians): "host-bound" where the GPU
+    waits for launches half its window or more, "stalled" where it idles 30% or more with work
+    queued and is busy under 70%, "GPU-bound" where it waits for launches a tenth or less,
+    else "balanced"; None without GPU work. The one rule explain and compare both say."""
+    if not trace.steps or not trace.gpu_all:
+        return None
+    import statistics
+
+    parts = split(trace)
+    window = statistics.median(p["window_us"] for p in parts)
+    busy = statistics.median(p["busy_us"] for p in parts)
+    host = statistics.median(p["host_wait_us"] for p in parts)
+    other = statistics.median(p["other_us"] for p in parts)
+    share = host / window if window else 0.0
+    if share >= 0.5:
+        label = "host-bound"
+    elif busy < 0.7 * window and other >= 0.3 * window:
+        label = "stalled"
+    elif share <= 0.1:
+        label = "GPU-bound"
+    else:
+        label = "balanced"
+    return {"label": label, "window_us": window, "busy_us": busy, "host_wait_us": host,
+            "other_us": other, "host_share": share}  # fmt: skip

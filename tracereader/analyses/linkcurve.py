@@ -76,6 +76,8 @@ class LinkCurve:
             return found[-1][1]
         x = math.log2(nbytes)
         for (s0, b0), (s1, b1) in zip(found, found[1:], strict=False):
+            if s0 == s1:
+                continue  # a size measured twice (a curve built by hand): no slope between
             if s0 <= nbytes <= s1:
                 f = (x - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
                 return b0 + f * (b1 - b0)
@@ -116,6 +118,11 @@ class LinkCurve:
             if not math.isfinite(value) or value <= 0 or int(nbytes) <= 0:
                 raise ValueError(f"not a link curve row: {row}")
             points.setdefault(kind, []).append((int(nbytes), value))
+        for kind, rows in points.items():  # one point per size (the best, where repeated)
+            best: dict[int, float] = {}
+            for size, value in rows:
+                best[size] = max(best.get(size, 0.0), value)
+            points[kind] = list(best.items())
         return cls(
             device=head[0],
             backend=head[1],

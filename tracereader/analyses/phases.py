@@ -133,6 +133,12 @@ def _split(s: Step) -> tuple | None:
     # The rest: the forward up to the backward's start (where a backward exists), after it
     # whatever closes the step (a sync, a loss read, data loading): "other".
     backward = min((m.ts for m in outermost if _phase(m.name) == "backward"), default=None)
+    if backward is not None:  # the loop's thread waits in backward() between autograd's ops
+        last = max(m.end for m in outermost if _phase(m.name) == "backward")
+        inside = intervals.intersect(left, [(backward, last)])
+        if inside:
+            cpu["backward"] = intervals.union([*cpu.get("backward", []), *inside])
+            left = intervals.subtract(left, inside)
     split_at = backward if backward is not None else s.end
     after = intervals.intersect(left, [(split_at, s.end)])
     pieces = [(default, intervals.intersect(left, [(s.ts, split_at)]))]

@@ -78,6 +78,8 @@ class RankStep:
     comm_us: float
     exposed_us: float
     collectives: list[Collective]
+    # where the collectives ran with no compute kernel beside them, on the machine's clock
+    exposed: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -123,6 +125,13 @@ def _gpu_step(step: Step, base: float, trace: Trace) -> RankStep:
         comm_us=times["comm_us"],
         exposed_us=times["exposed_us"],
         collectives=collectives,
+        exposed=[
+            (base + a, base + b)
+            for a, b in intervals.subtract(
+                intervals.of(comm),
+                intervals.of(i for i in step.gpu if i.kind == "kernel" and i not in comm),
+            )
+        ],
     )
 
 

@@ -20,6 +20,7 @@ from tracereader.analyses import breakdown, gemms, phases
 from tracereader.analyses.casts import cast
 from tracereader.judge.finding import Finding
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
+from tracereader.trace.load import CAST_OPS
 from tracereader.trace.model import Step, Trace, ancestors, input_dtype, subtree
 
 SLOW = 0.5  # a GEMM below this share of the step's best aligned rate is on a slow path
@@ -149,8 +150,8 @@ def _weight_casts(trace: Trace) -> Finding | None:
             source, target, _ = cast(op)
             dims = op.args.get("Input Dims") or ()
             if source == "fp32" and target in ("bf16", "fp16") and dims and len(dims[0]) == 2:
-                if any(a is not op and a.name == "aten::_to_copy" for a in ancestors(op)):
-                    continue  # counted at the outer cast
+                if any(a is not op and a.name in CAST_OPS for a in ancestors(op)):
+                    continue  # counted at the outer cast (autocast's aten::to holds _to_copy)
                 count += 1
                 us += sum(i.dur for i in _launched(step, op))
         rows.append((us, count))

@@ -11,6 +11,7 @@ from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_te
 from tracereader.names.kernel_names import label
 from tracereader.trace import intervals
 from tracereader.trace.model import Trace, ancestors
+from tracereader.units import duration
 
 # torch's own compile work (Dynamo's and Inductor's timed phases), anchored and case-sensitive:
 # a user's annotation that merely has "compile" in its name ("llama_compile_step") is not it.
@@ -157,14 +158,13 @@ def _bound(trace: Trace) -> Finding | None:
             f"{'CPU-only trace' if trace.device is None else where + 'no GPU events recorded'}"
             f": {cpu:.0f} us of CPU time {unit}, no GPU side",
         )
-    parts = idle.split(trace)
-    window = statistics.median(p["window_us"] for p in parts)
-    busy = statistics.median(p["busy_us"] for p in parts)
-    waits = statistics.median(p["host_wait_us"] for p in parts)
-    share = waits / window if window else 0.0
+    b = idle.bound(trace)
+    window, busy, waits, other, share = (
+        b["window_us"], b["busy_us"], b["host_wait_us"], b["other_us"], b["host_share"]
+    )  # fmt: skip
     warm = _warm_up(trace)
     if share >= 0.5 and sum(warm.values()) >= 0.25 * waits:
-        what = ", ".join(f"{name} {us / 1e3:.0f} ms" for name, us in warm.items() if us)
+        what = ", ".join(f"{name} {duration(us)}" for name, us in warm.items() if us)
         return Finding(
             "bound",
             f"warm-up, not steady state: the GPU waits for the host {waits:.0f} us of its "
@@ -177,15 +177,14 @@ def _bound(trace: Trace) -> Finding | None:
     seen = (f"the GPU is busy {busy:.0f} us of its {window:.0f} us window {unit} and waits "
             f"for the host's launches {waits:.0f} us of it ({share:.0%}); the CPU's step takes "
             f"{cpu:.0f} us")  # fmt: skip
-    if share >= 0.5:
+    if b["label"] == "host-bound":
         return Finding(
             "bound",
             f"overhead-bound: {seen}: the GPU mostly waits for launches",
             us=waits,
             next="fewer, larger launches: torch.compile, CUDA graphs, larger batches",
         )
-    other = statistics.median(p["other_us"] for p in parts)
-    if busy < 0.7 * window and other >= 0.3 * window:
+    if b["label"] == "stalled":
         return Finding(
             "bound",
             f"stalled: {seen}; the GPU sits idle {other:.0f} us of it ({other / window:.0%}) "
@@ -194,7 +193,7 @@ def _bound(trace: Trace) -> Finding | None:
             us=other,
             next="the syncs, copies and collectives below: what the queued work waits for",
         )
-    if share <= 0.1:
+    if b["label"] == "GPU-bound":
         return Finding(
             "bound",
             f"GPU-bound: {seen}: the launches keep ahead of the GPU",

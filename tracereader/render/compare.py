@@ -76,12 +76,12 @@ def text(result: dict) -> str:
     if result["cpu_ops_gone"]:
         lines.append(
             "CPU ops only in A (gone in B): "
-            + ", ".join(f"{n} x{c}" for n, c in Counter(result["cpu_ops_gone"]).items())
+            + ", ".join(f"{short(n)} x{c}" for n, c in Counter(result["cpu_ops_gone"]).items())
         )
     if result["cpu_ops_new"]:
         lines.append(
             "CPU ops only in B (new): "
-            + ", ".join(f"{n} x{c}" for n, c in Counter(result["cpu_ops_new"]).items())
+            + ", ".join(f"{short(n)} x{c}" for n, c in Counter(result["cpu_ops_new"]).items())
         )
     lines += _scale_text(result)
     if result["kernel_avg_us"] and len(result["kernel_avg_us"]) <= 40:

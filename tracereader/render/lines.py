@@ -17,6 +17,10 @@ def fit(lines: list[str], width: int = WIDTH) -> str:
             continue
         indent = " " * (len(line) - len(line.lstrip(" ")))
         out += textwrap.wrap(
-            line, width=width, subsequent_indent=indent + "    ", break_on_hyphens=False
+            line,
+            width=width,
+            subsequent_indent=indent + "    ",
+            break_on_hyphens=False,
+            break_long_words=False,  # a path or a name is copied whole, never cut
         )
     return "\n".join(out)

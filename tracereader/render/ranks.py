@@ -94,7 +94,7 @@ def text(result: dict) -> str:
     for k in result.get("by_kind", []):
         if len(result.get("by_kind", [])) > 1 or k["kind"] != "all-reduce":
             bus = f", bus {k['bus_GBps']:.1f} GB/s" if k["bus_GBps"] else ""
-            if k.get("link_reading"):
+            if k.get("link_reading") and len(result["by_kind"]) > 1:  # one kind: said above
                 bus += f": {k['link_reading']}"
             lines.append(
                 f"  {k['kind']}: {k['count']} in all, median {bytes_text(k['bytes'])}, "
