@@ -15,7 +15,8 @@ import pytest
 import tracereader
 from tests.helpers import ROOT
 from tests.test_tp_mlp import check
-from tracereader.analyses.linkcurve import LinkCurve, bus_factor
+from tracereader.analyses.collectives import bus_factor
+from tracereader.analyses.linkcurve import LinkCurve
 
 H200_N2 = ROOT / "docs/link_curve_h200_nccl_n2_2026-11-26.csv"
 H200_N4 = ROOT / "docs/link_curve_h200_nccl_n4_2026-11-26.csv"

@@ -19,6 +19,7 @@ one size is no ceiling at another.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,9 +74,8 @@ def _link(run: Run, group: Group, *, fresh: bool) -> tuple[LinkCurve | None, boo
     if not run.on_gpu or group.world == 1:
         return None, False
     name = torch.cuda.get_device_name(run.device)
-    curve = None if fresh else tracereader.link_curve(name, group.backend, group.world)
-    if curve is not None and "all-reduce" not in curve.points:
-        curve = None
+    cached = tracereader.link_curve(name, group.backend, group.world)
+    curve = None if fresh or cached is None or "all-reduce" not in cached.points else cached
     # Measure if any rank lacks it: the measurement is a collective, all must take part.
     need = torch.tensor([int(curve is None)], device=run.device)
     dist.all_reduce(need, op=dist.ReduceOp.MAX)
@@ -83,6 +83,8 @@ def _link(run: Run, group: Group, *, fresh: bool) -> tuple[LinkCurve | None, boo
         return curve, True
     curve = link.measure(run, world=group.world, backend=group.backend, device_name=name,
                          kinds=("all-reduce",))  # fmt: skip
+    if cached is not None:  # keep the kinds measured before (tools/dev/link_curve.py's three)
+        curve = dataclasses.replace(curve, points={**cached.points, **curve.points})
     if group.rank == 0:
         caches.store_link_curve(caches.link_curve_key(name, group.backend, group.world),
                                 curve.to_csv())  # fmt: skip

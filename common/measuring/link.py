@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 
 from common.cli import Run
-from tracereader.analyses.linkcurve import KINDS, LinkCurve, bus_factor
+from tracereader.analyses.collectives import bus_factor
+from tracereader.analyses.linkcurve import KINDS, LinkCurve
 
 DTYPE = torch.bfloat16  # what the lessons' collectives move (FSDP's reduce-scatter: fp32)
 HIGH = 1 << 30  # the largest message measured by default: 1 GiB, where NVLink saturates

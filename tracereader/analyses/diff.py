@@ -329,15 +329,10 @@ def _modules(a: Trace, b: Trace) -> dict | None:
 
 
 def step_times(trace: Trace) -> list[float]:
-    """Each step's time: the longer of its CPU span and its GPU window (analyses.idle), so a
-    GPU-bound run is timed by its GPU and a host-bound one by its host. A generation's decode
-    steps alone: its prefill step is no token (with it, the spread of 6 ms tokens and a 41 ms
-    prefill hid a 1.28x change between two H200 runs of 08)."""
-    if not trace.gpu_all:
-        times = [s.dur for s in trace.steps]
-    else:
-        parts = idle.split(trace)
-        times = [max(s.dur, p["window_us"]) for s, p in zip(trace.steps, parts, strict=True)]
+    """The steps' times (idle.step_times); a generation's decode steps alone: its prefill step
+    is no token (with it, the spread of 6 ms tokens and a 41 ms prefill hid a 1.28x change
+    between two H200 runs of 08)."""
+    times = idle.step_times(trace)
     decode = {id(s) for s in generation.split(trace).get("decode", ())}
     if decode:
         times = [t for s, t in zip(trace.steps, times, strict=True) if id(s) in decode]

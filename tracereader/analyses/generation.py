@@ -89,10 +89,8 @@ def read(trace: Trace) -> dict | None:
     waits = [window[id(s)]["host_wait_us"] for s in decode if id(s) in window] if gpu else [0.0]
     # a token's time: the longer of the host's step and the GPU's window for it (with CUDA
     # graphs the host queues a token in well under a millisecond; the GPU takes its time)
-    per_token = _median(
-        [max(s.dur, window[id(s)]["window_us"]) if gpu and id(s) in window else s.dur
-         for s in decode]
-    )  # fmt: skip
+    times = dict(zip(map(id, trace.steps), idle.step_times(trace), strict=True))
+    per_token = _median([times[id(s)] if id(s) in times else s.dur for s in decode])
     launches = launch_calls(decode[-1])
     out = {
         "prefill": None,

@@ -153,3 +153,12 @@ def bound(trace: Trace) -> dict | None:
         label = "balanced"
     return {"label": label, "window_us": window, "busy_us": busy, "host_wait_us": host,
             "other_us": other, "host_share": share}  # fmt: skip
+
+
+def step_times(trace: Trace) -> list[float]:
+    """Each step's time: the longer of its CPU span and its GPU window, so a GPU-bound step is
+    timed by its GPU and a host-bound one by its host. The one definition of a step's time
+    (findings' denominator, compare's verdict, a generation's time per token)."""
+    if not trace.gpu_all:
+        return [s.dur for s in trace.steps]
+    return [max(s.dur, p["window_us"]) for s, p in zip(trace.steps, split(trace), strict=True)]

@@ -28,17 +28,6 @@ KINDS = ("all-reduce", "all-gather", "reduce-scatter")
 COLUMNS = ("kind", "bytes", "bus_GBps", "best_us", "median_us")
 
 
-def bus_factor(kind: str, world: int) -> float | None:
-    """nccl-tests' busbw factor for `kind` over `world` ranks (None: not a kind it defines)."""
-    if world < 1:
-        return None
-    if kind == "all-reduce":
-        return 2 * (world - 1) / world
-    if kind in ("all-gather", "reduce-scatter"):
-        return (world - 1) / world
-    return None
-
-
 @dataclass(frozen=True)
 class Judged:
     """A collective against the curve: its share of the ceiling at its size (at most 1.0),

@@ -57,12 +57,7 @@ def step_time(trace: Trace) -> float:
     """The median step's time, the denominator of every finding's %: per step the longer of
     its CPU span and its GPU window (analyses.idle), so that it holds whatever a finding
     counts, host time or GPU time, even where the GPU lags the host."""
-    if not trace.steps:
-        return 0.0
-    parts = idle.split(trace) if trace.gpu_all else [{"window_us": 0.0}] * len(trace.steps)
-    return statistics.median(
-        max(s.dur, p["window_us"]) for s, p in zip(trace.steps, parts, strict=True)
-    )
+    return statistics.median(idle.step_times(trace)) if trace.steps else 0.0
 
 
 def cpu_time(trace: Trace) -> float:

@@ -97,18 +97,22 @@ def _fp32_beside_16bit(trace: Trace) -> Finding | None:
     # what they would take at the 16-bit GEMMs' achieved rate, where shapes are recorded
     rates = [r for r in (gemms.rate(i) for i in fast) if r]
     work = [gemms.flops(i) for i in slow]
-    saved = (
-        slow_us - sum(work) / max(rates) * 1e6 if rates and all(work) else slow_us * 0.9
-    )  # fp32 on CUDA cores runs at about a tenth (Hopper: 67 of 989 TFLOP/s) or less
+    cores = sum(i.klass.facts.get("precision") == CUDA_CORES for i in slow)
+    # without shapes: fp32 on CUDA cores runs at about a tenth of bf16 (Hopper: 67 of 989
+    # TFLOP/s), TF32 at half
+    fallback = 0.9 if cores else 0.5
+    saved = slow_us - sum(work) / max(rates) * 1e6 if rates and all(work) else slow_us * fallback
+    how = (f"{cores} on CUDA cores" if cores == len(slow) else
+           f"{cores} on CUDA cores, {len(slow) - cores} in TF32")  # fmt: skip
+    tf32 = ", or allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True)" if cores else ""
     return Finding(
         "precision",
-        f"{len(slow)} float32 GEMMs per step run on CUDA cores beside {len(fast)} 16-bit "
-        f"ones: {slow_us / 1e3:.1f} ms of GPU time ({top}): a mixed-precision step whose "
-        "GEMMs partly miss the Tensor cores",
+        f"{len(slow)} float32 GEMMs per step ({how}) beside {len(fast)} 16-bit ones: "
+        f"{slow_us / 1e3:.1f} ms of GPU time ({top}): a mixed-precision step whose GEMMs "
+        "partly miss bf16's Tensor-core rate",
         us=max(saved, 0.0),
         next="run them in bf16 too (the layer's weights or inputs autocast does not reach; "
-        "for an MoE's grouped GEMM, cast the experts' weights), or allow TF32 for float32 "
-        "(torch.backends.cuda.matmul.allow_tf32 = True)",
+        f"for an MoE's grouped GEMM, cast the experts' weights){tf32}",
     )
 
 
