@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import re
 import shlex
@@ -34,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracereader.commandline import Parser
+from tracereader.commandline import Parser, size_up_to
 from tracereader.reading import read_run
 from tracereader.trace.runs import runs_at
 
@@ -133,20 +132,6 @@ MAX_RUN_TIMEOUT_S = 7 * 24 * 3600  # a week: past it, no launch of 05 is still w
 STOP_GRACE_S = 30  # what torchrun gets after SIGTERM to stop its workers, before SIGKILL
 
 
-def run_timeout(text: str) -> float:
-    """--run-timeout: seconds, a finite number above 0 (nan, inf, 0 and -1 never time out
-    as meant, or end every launch at once)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(seconds) and 0 < seconds <= MAX_RUN_TIMEOUT_S):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give a finite number of seconds above 0, at most {MAX_RUN_TIMEOUT_S}"
-        )
-    return seconds
-
-
 def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     """Stop a launch's whole process group (torchrun and its workers): SIGTERM, then SIGKILL
     to what is still there after `grace_s`."""
@@ -240,7 +225,7 @@ def scale(argv: list[str] | None) -> int:
     )
     parser.add_argument(
         "--run-timeout",
-        type=run_timeout,
+        type=size_up_to(MAX_RUN_TIMEOUT_S, "seconds"),  # nan, inf, 0, -1: never as meant
         default=240,
         help="seconds per launch, finite and above 0; a launch past it is stopped, reported, "
         "and the rest go on (default: 240)",

@@ -78,18 +78,19 @@ def int_in(low: int, high: int, why: str) -> Callable[[str], int]:
     return parse
 
 
-def size_up_to(high: float, unit: str) -> Callable[[str], float]:
-    """An argparse type: a size in `unit`, more than 0 and at most `high` (NaN and inf are
-    refused by the same comparison)."""
+def size_up_to(high: float, unit: str, low: float = 0.0) -> Callable[[str], float]:
+    """An argparse type: a number of `unit`, more than 0 (or at least `low`, where given) and at
+    most `high`; NaN and inf are refused by the same comparisons."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a size in {unit}, got {text!r}") from None
-        if not 0 < value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text!r}") from None
+        if not ((low < value if low == 0 else low <= value) and value <= high):
+            floor = "more than 0" if low == 0 else f"at least {low:g}"
             raise argparse.ArgumentTypeError(
-                f"must be more than 0 and at most {high:g}, got {text}"
+                f"must be {floor} and at most {high:g} {unit}, got {text}"
             )
         return value
 

@@ -14,7 +14,6 @@ About 20 s for the three kinds at N = 2 to 8 on NVLink (most of it the 1 GiB cal
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -28,14 +27,7 @@ from tracereader.analyses import linkcurve
 SCRIPT = "-m tools.dev.link_curve"
 
 
-def mib(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size in MiB, got {text!r}") from None
-    if not (math.isfinite(value) and 1 / 1024 <= value <= 16384):
-        raise argparse.ArgumentTypeError(f"must be from 1/1024 to 16384 MiB, got {text}")
-    return value
+mib = cli.size_up_to(16384, "MiB", low=1 / 1024)  # --min-mib, --max-mib
 
 
 def parse(argv):
