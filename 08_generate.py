@@ -15,18 +15,24 @@ rotary embeddings, grouped-query attention through SDPA, the gated SiLU MLP; 7 G
              position, attention reading every cached one        record_function("decode")
 The cache: `--cache dynamic` grows by torch.cat every token (a new tensor, the old one copied
 into it, every layer); `--cache static` is allocated once for prompt + new tokens and written
-in place, the positions not yet written masked. `--compile` compiles the decode step;
-`--cuda-graphs` captures it, as it is (eager or compiled), in one torch.cuda.CUDAGraph that is
-replayed once per token (our call: a graph we capture ourselves, rather than
-mode="reduce-overhead", so the same step runs both ways and the trace shows exactly one
-launch). `--impl hf` runs the same weights through transformers' LlamaForCausalLM and its
-`generate` with a static cache (compiled by transformers itself on a GPU, into CUDA graphs).
+in place, the positions not yet written masked. `--compile` compiles the prefill and the decode
+step; `--cuda-graphs` captures each, as it is (eager or compiled), in a torch.cuda.CUDAGraph
+replayed once per prompt and once per token (our call: graphs we capture ourselves, rather than
+mode="reduce-overhead", so the same steps run both ways and the trace shows exactly one launch).
+What then remains is the kernels themselves, and two flags change those: `--fuse` reads q, k, v
+with one GEMM and gate, up with another (the same weights: at one row per sequence a small GEMM
+cannot fill the GPU, a larger one can); `--attention flex` runs attention through FlexAttention,
+whose decoding kernel splits the cache across the SMs where SDPA's gives a whole key/value head
+to one block (8 blocks for an 8b token at batch 1). `--impl hf` runs the same weights through
+transformers' LlamaForCausalLM and its `generate` with a static cache (compiled by transformers
+itself on a GPU, into CUDA graphs).
 
 Guess first. Per recorded step, with L layers, batch B and a prompt of P tokens:
-  prefill  7L + 1 GEMMs: the layers' with M = B x P rows, the head's with M = B (only the last
-           position's logits are needed); L attention kernels.
-  decode   the same kernels every token: 7L + 1 GEMMs with M = B (matrix-vector shaped at
-           B = 1), L attention kernels reading the whole cache (static: its full length,
+  prefill  7L + 1 GEMMs (4L + 1 with --fuse): the layers' with M = B x P rows, the head's with
+           M = B (only the last position's logits are needed); L attention kernels. Its FLOPs
+           at the rate its GEMMs reach alone (each shape timed by itself) are its floor.
+  decode   the same kernels every token: 7L + 1 GEMMs (4L + 1) with M = B (matrix-vector shaped
+           at B = 1), L attention kernels reading the whole cache (static: its full length,
            masked; dynamic: every token so far). Eager: one launch per kernel from the host.
            With --cuda-graphs: one cudaGraphLaunch per token and no per-kernel launch.
   floor    a decode step must read every weight and the cache once: (weight bytes + KV-cache
@@ -42,7 +48,10 @@ there (its token and ours within the dtype's tolerance): rounding, not a bug.
     uv run 08_generate.py --cache dynamic --bench
     uv run 08_generate.py --compile
     uv run 08_generate.py --impl hf
+    uv run 08_generate.py --fuse --attention flex --compile
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --cuda-graphs --bench
+    uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
+        --fuse --attention flex --bench                 (the fastest this lesson goes)
         (a GPU: tools/dev/generate_gpu.sh runs eager, compile, CUDA graphs, hf and the sweep)
 """
 
@@ -89,6 +98,8 @@ class Variant:
     impl: str
     compiled: bool
     graphs: bool
+    fused: bool = False  # q, k, v in one GEMM, gate and up in another
+    attention: str = "sdpa"
 
 
 # --- the key/value caches: what attention writes, then reads ------------------------------
@@ -145,17 +156,20 @@ class StaticCache:
 @dataclass
 class State:
     """Device tensors, so that a step needs nothing from the host: the sequences so far
-    [B, prompt + new tokens], and the position of the last token written."""
+    [B, prompt + new tokens], the position of the last token written, and the prompt's
+    positions (made once, outside any compiled step: CPU Inductor cannot lower FlexAttention
+    reading positions that the step itself computes, torch 2.15)."""
 
     tokens: torch.Tensor
     pos: torch.Tensor  # [1]
     prompt: int
+    prompt_positions: torch.Tensor  # [prompt]
 
 
 def prefill(model, cache, state: State) -> None:
     cache.reset()
     p = state.prompt
-    logits = model(state.tokens[:, :p], torch.arange(p, device=state.tokens.device), cache)
+    logits = model(state.tokens[:, :p], state.prompt_positions, cache)
     state.tokens[:, p] = logits.argmax(-1)
     state.pos.fill_(p)
 
@@ -168,21 +182,24 @@ def decode_step(model, cache, state: State) -> None:
     state.pos += 1
 
 
-def capture(step, model, cache, state: State):
-    """The decode step recorded once into a CUDA graph: replaying it launches all its kernels
-    with one call. Warmed up first on a side stream (lazy initialisation, cuBLAS workspaces,
-    compilation must not happen inside the capture)."""
+def capture(prefill, step):
+    """The prefill and the decode step each recorded once into a CUDA graph: replaying one
+    launches all its kernels with one call. Warmed up first on a side stream (lazy
+    initialisation, cuBLAS workspaces, compilation must not happen inside a capture). The two
+    share one memory pool: they never run at the same time."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            prefill(model, cache, state)
+            prefill()
             step()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    graphs = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graphs[0]):
+        prefill()
+    with torch.cuda.graph(graphs[1], pool=graphs[0].pool()):
         step()
-    return graph.replay
+    return graphs[0].replay, graphs[1].replay
 
 
 def make_prompt(v: Variant, seed: int, run: cli.Run) -> torch.Tensor:
@@ -202,20 +219,23 @@ class Generation:
             return
         tokens = torch.zeros(v.batch, v.prompt + new_tokens, dtype=torch.long, device=run.device)
         tokens[:, : v.prompt] = prompt
-        self.state = State(tokens, torch.zeros(1, dtype=torch.long, device=run.device), v.prompt)
+        pos = torch.zeros(1, dtype=torch.long, device=run.device)
+        self.state = State(tokens, pos, v.prompt, torch.arange(v.prompt, device=run.device))
         if v.cache == "dynamic":
             self.cache = DynamicCache(v.cfg.layers)
         else:
             self.cache = StaticCache(v.cfg, v.batch, v.max_len, run.device, run.dtype)
+        first = torch.compile(prefill) if v.compiled else prefill
         step = torch.compile(decode_step) if v.compiled else decode_step
+        self.prefill = lambda: first(model, self.cache, self.state)
         self.step = lambda: step(model, self.cache, self.state)
         if v.graphs:
-            self.step = capture(self.step, model, self.cache, self.state)
+            self.prefill, self.step = capture(self.prefill, self.step)
 
     def __call__(self, n: int) -> torch.Tensor:
         if self.impl == "hf":
             return hf_generate(self.model, self.prompt, n)
-        prefill(self.model, self.cache, self.state)
+        self.prefill()
         for _ in range(n - 1):
             self.step()
         return self.state.tokens[:, self.state.prompt : self.state.prompt + n].clone()
@@ -287,32 +307,41 @@ def agree(tokens: torch.Tensor, ref_tokens: torch.Tensor, ref_logits, dtype) -> 
 # --- the guess: per phase, and the bytes a token must move --------------------------------
 
 
+def _per_layer(v: Variant) -> int:
+    return 4 if v.fused else 7  # qkv, o, gate_up, down; or q, k, v, o, gate, up, down
+
+
 def _gemms(v: Variant) -> int:
-    """7 per layer and the head's; transformers' rotary embedding adds one, its angles
+    """Per layer and the head's; transformers' rotary embedding adds one, its angles
     computed as a matmul of the frequencies and the positions (seen on an H200)."""
-    return 7 * v.cfg.layers + 1 + (v.impl == "hf")
+    return _per_layer(v) * v.cfg.layers + 1 + (v.impl == "hf")
+
+
+def _host_ops(v: Variant, phase: str) -> tuple[str, ...]:
+    """What the host runs in a step: under a graph's replay nothing of the step; compiled,
+    Inductor's region; eager, the ops (FlexAttention's compiled region among them)."""
+    if v.impl == "hf":  # transformers compiles its decode step only
+        return (phase,) + (("aten::mm",) if phase == "prefill" or not v.compiled else ())
+    if v.graphs:
+        return (phase,)
+    if v.compiled:
+        return (phase, "Torch-Compiled Region*")
+    attend = "aten::scaled_dot_product_attention" if v.attention == "sdpa" else "Torch-Compiled*"
+    write = ("aten::index_put_",) if v.cache == "static" else ()  # dynamic: torch.cat
+    return (phase, "aten::mm", attend, *write)
 
 
 def _prefill(v: Variant) -> Expect:
-    ours = v.impl == "ours"
     return Expect(
         gpu={"gemm": _gemms(v)},
-        cpu_present=("prefill", "aten::mm") + (("aten::scaled_dot_product_attention",) * ours),
+        cpu_present=_host_ops(v, "prefill"),
         why=f"{_gemms(v)} GEMMs, M = batch x prompt = {v.batch * v.prompt} rows "
         f"(the head's M = {v.batch}: the last position only)",
     )
 
 
 def _decode(v: Variant) -> Expect:
-    if v.impl == "hf":
-        ops = ("decode",) + (("aten::mm",) if not v.compiled else ())
-    elif v.graphs:
-        ops = ("decode",)  # the replay: no op of the step runs on the host
-    elif v.compiled:
-        ops = ("decode", "Torch-Compiled Region*")
-    else:
-        write = ("aten::index_put_",) if v.cache == "static" else ()  # dynamic: torch.cat
-        ops = ("decode", "aten::mm", "aten::scaled_dot_product_attention", *write)
+    ops = _host_ops(v, "decode")
     return Expect(
         gpu={"gemm": _gemms(v)} | ({"attention": v.cfg.layers} if v.impl == "ours" else {}),
         cpu_present=ops,
@@ -332,8 +361,9 @@ def look(v: Variant, phase: str, expect: Expect, trace, steps: list) -> bool:
     print(f"{phase}: {tracereader.phase_line(steps)}")
     print(verdict.text)
     lines, ok = [], verdict.ok
-    rows = {"prefill": {v.batch * v.prompt: 7 * v.cfg.layers, v.batch: 1}}.get(phase)
-    rows = rows or {v.batch: 7 * v.cfg.layers + 1}
+    layers = _per_layer(v) * v.cfg.layers
+    rows = {"prefill": {v.batch * v.prompt: layers, v.batch: 1}}.get(phase)
+    rows = rows or {v.batch: layers + 1}
     seen = [dict(tracereader.gemm_rows(step)) for step in steps]
     if any(seen) and v.impl == "ours":
         ok &= all(rows == one for one in seen)
@@ -376,6 +406,28 @@ def traffic_model(v: Variant, keys: int, elt: int) -> list[traffic.Kernel]:
         traffic.gemm("down_proj", b, c.hidden, c.dim, elt),
     ]
     return layer * c.layers + [traffic.gemm("lm_head", b, c.dim, c.vocab, elt)]
+
+
+def prefill_gemms(v: Variant) -> dict[tuple[int, int, int], int]:
+    """Prefill's GEMMs (M, K, N) -> how many: the layers' at M = B x P rows, the head's at M = B."""
+    c, m = v.cfg, v.batch * v.prompt
+    kv = c.kv_heads * c.head_dim
+    if v.fused:
+        layer = [(m, c.dim, c.dim + 2 * kv), (m, c.dim, c.dim), (m, c.dim, 2 * c.hidden)]
+    else:
+        layer = [(m, c.dim, c.dim)] * 2 + [(m, c.dim, kv)] * 2 + [(m, c.dim, c.hidden)] * 2
+    shapes = {}
+    for shape in [*layer, (m, c.hidden, c.dim)] * c.layers + [(v.batch, c.dim, c.vocab)]:
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
+
+
+def prefill_flops(v: Variant) -> float:
+    """Its GEMMs' 2MKN, and attention's: q.k and p.v over the causal half (position i sees
+    i + 1 keys), 2 x 2 x head_dim FLOPs per query head and key seen."""
+    c, p = v.cfg, v.prompt
+    gemms = sum(2 * m * k * n * count for (m, k, n), count in prefill_gemms(v).items())
+    return gemms + c.layers * v.batch * c.heads * 4 * c.head_dim * p * (p + 1) / 2
 
 
 def kv_arithmetic(cfg: llama.Config, tokens: int, batch: int, elt: int) -> int:
@@ -435,6 +487,13 @@ def parse(argv):
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="capture the decode step in a CUDA graph, replayed per token "
                         "(GPU only)")  # fmt: skip
+    parser.add_argument("--fuse", action="store_true",
+                        help="q, k and v as one GEMM, gate and up as another: the same weights "
+                        "read by fewer, larger GEMMs")  # fmt: skip
+    parser.add_argument("--attention", choices=list(llama.ATTENTION), default="sdpa",
+                        help="sdpa: PyTorch's fused kernels (cuDNN, FlashAttention, ...); flex: "
+                        "FlexAttention, compiled by Inductor, which splits a decode step's "
+                        "cache across the SMs (default: sdpa)")  # fmt: skip
     parser.add_argument("--impl", choices=("ours", "hf"), default="ours",
                         help="ours: this loop; hf: transformers' generate on the same weights, "
                         "static cache (needs the [hf] extra) (default: ours)")  # fmt: skip
@@ -452,10 +511,11 @@ def parse(argv):
     if (args.compile or args.cuda_graphs) and args.cache == "dynamic":
         raise cli.UsageError("--compile and --cuda-graphs need --cache static: a growing cache "
                              "changes the step's shapes every token")  # fmt: skip
-    if args.impl == "hf" and (args.compile or args.cuda_graphs or args.cache == "dynamic"):
+    if args.impl == "hf" and (args.compile or args.cuda_graphs or args.cache == "dynamic"
+                              or args.fuse or args.attention != "sdpa"):  # fmt: skip
         raise cli.UsageError("--impl hf runs transformers' generate as it comes (static cache, "
                              "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
-                             "--cache dynamic")  # fmt: skip
+                             "--cache dynamic, --fuse, --attention flex")  # fmt: skip
     if args.cuda_graphs:
         cli.require_gpu(f"{SCRIPT}.py --cuda-graphs", args, "a CUDA graph records GPU work; "
                         "on a CPU, run without it")  # fmt: skip
@@ -489,8 +549,9 @@ def main(argv=None) -> int:
     # transformers compiles its generate on a GPU (static cache: into CUDA graphs) by itself
     compiled = args.compile or (args.impl == "hf" and run.on_gpu)
     v = Variant(cfg, args.batch, args.prompt, max_len, args.cache, args.impl, compiled,
-                args.cuda_graphs)  # fmt: skip
+                args.cuda_graphs, args.fuse, args.attention)  # fmt: skip
     mode = "hf" if v.impl == "hf" else args.cache + ("_graphs" if args.cuda_graphs else "")
+    mode += "_fused" * args.fuse + "_flex" * (args.attention == "flex")
     tag = outputs.run_tag(f"{args.preset}_b{args.batch}_p{args.prompt}_n{args.new_tokens}",
                           args, run, extra=mode)  # fmt: skip
     out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
@@ -513,6 +574,10 @@ def main(argv=None) -> int:
     model = model.to(run.dtype)
     if v.impl == "hf":
         model = llama.hf_model(model, v.max_len + 1)
+    else:  # the variant's own kernels, on the reference's weights
+        model.attend = llama.ATTENTION[v.attention]
+        if v.fused:
+            model.fuse_projections()
     generation = Generation(v, model, prompt, args.new_tokens, run)
     tokens = profiling.warm_up(lambda: generation(args.new_tokens), run, compiling=args.compile)
     agree(tokens, ref_tokens, ref_logits, run.dtype)
@@ -534,7 +599,7 @@ def main(argv=None) -> int:
         else:
             for _ in range(args.wait + args.warmup_steps + 1):
                 with record_function("prefill"):
-                    prefill(model, generation.cache, generation.state)
+                    generation.prefill()
                 prof.step()
             for _ in range(args.active):
                 with record_function(ANNOTATION):
@@ -563,7 +628,7 @@ def main(argv=None) -> int:
               f"{args.batch} = {kv_arithmetic(cfg, held, args.batch, elt) / 2**20:.3f} MiB; "
               f"the weights {cfg.params() * elt / 2**30:.3f} GiB")  # fmt: skip
     if args.bench:
-        bench(generation, args, run, floor if bytes_per_s else None)
+        bench(v, generation, args, run, floor if bytes_per_s else None)
     if args.sweep_batch:
         print(f"sweep (decode, {args.new_tokens} new tokens, profiler detached):")
         rows = sweep(args, v, model, run, bytes_per_s)
@@ -580,11 +645,18 @@ def copy_bandwidth(run: cli.Run, *, fresh: bool) -> float:
     return copy[ceilings.MEMORY].per_s
 
 
-def bench(generation, args, run: cli.Run, floor: float | None) -> None:
+def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> None:
     if run.on_gpu:
         torch.cuda.reset_peak_memory_stats(run.device)
     prefill_t, token = plumbing.time_generation(generation, args.new_tokens, run)
     print(f"bench (profiler detached): prefill {prefill_t.us()}")
+    if run.on_gpu:  # its floor: its FLOPs at the rate its own GEMMs reach alone
+        alone_s, gemm_flops = plumbing.time_gemms(prefill_gemms(v), run)
+        ideal = prefill_flops(v) / (gemm_flops / alone_s)
+        print(f"  prefill's {prefill_flops(v) / 1e12:.3f} TFLOP at the rate its GEMMs reach "
+              f"alone ({gemm_flops / alone_s / 1e12:.0f} TFLOP/s, each shape timed by itself) "
+              f"take {ideal * 1e3:.3f} ms: prefill at {prefill_t.median_s / ideal:.2f}x "
+              "that")  # fmt: skip
     print(f"  decode: {token.median_s * 1e3:.3f} ms per token (20th-80th percentile "
           f"{token.p20_s * 1e3:.3f}-{token.p80_s * 1e3:.3f}), "
           f"{args.batch / token.median_s:,.1f} tokens/s")  # fmt: skip

@@ -1,5 +1,6 @@
 """A Llama-architecture decoder, Llama 3's: RMSNorm, rotary position embeddings, grouped-query
-attention through SDPA, the gated SiLU MLP; random weights (no checkpoint is ever loaded).
+attention (SDPA, or FlexAttention), the gated SiLU MLP; random weights (no checkpoint is ever
+loaded).
 
 08_generate.py runs it: the lesson holds the key/value caches it writes and reads, and the
 generation loop. The modules carry transformers' names (model.layers.i.self_attn.q_proj, ...,
@@ -11,6 +12,13 @@ weights into the library's model (`hf_model`).
                     with n = input_layernorm(x)
                 x = x + down_proj(silu(gate_proj(m)) * up_proj(m)),  m = post_attention_layernorm(x)
     logits = lm_head(norm(x))[:, -1]     only the last position: a generator needs no other
+
+`fuse_projections()` turns q, k and v into one GEMM (qkv_proj) and gate and up into another
+(gate_up_proj): the same weights, read by fewer and larger GEMMs, which at decode's one row per
+sequence is what sets their speed (a small GEMV cannot fill the GPU). `attention="flex"` swaps
+SDPA for FlexAttention (compiled by Inductor): at a decode step's single query it splits the
+cache's positions across the GPU's SMs (flash-decoding) where SDPA's kernels give a whole key/value
+head to one block.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import flex_attention
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,42 @@ class Rope(nn.Module):
         return x * cos + rotate_half(x) * sin
 
 
+_compiled = {}  # made on first use: torch.compile's import costs seconds
+
+
+def _compiled_flex():
+    """FlexAttention runs as Triton (GPU) or C++ (CPU) kernels that Inductor generates:
+    compiled even where the rest of the step runs eagerly (uncompiled, it would fall back to a
+    slow reference); inside a compiled step Dynamo inlines it."""
+    if "flex" not in _compiled:
+        _compiled["flex"] = torch.compile(flex_attention, dynamic=False)
+    return _compiled["flex"]
+
+
+def sdpa_attention(q, k, v, positions, mask):
+    """Grouped-query attention through SDPA without copying k and v per query head: the `group`
+    query heads that share a key/value head become rows of one query, [b, kv_heads, group*s,
+    hd] (row g*s + i: head g of the group at position i), each masked as its position says."""
+    b, heads, s, hd = q.shape
+    group = heads // k.shape[1]
+    q = q.reshape(b, k.shape[1], group * s, hd)
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(group, 1))
+    return a.reshape(b, heads, s, hd)
+
+
+def flex(q, k, v, positions, mask):
+    """FlexAttention: a key is seen from its own position on (the static cache's unwritten
+    positions lie beyond every query's); its kernels read each key/value head once per group."""
+
+    def causal(score, b, h, q_idx, kv_idx):
+        return torch.where(kv_idx <= positions[q_idx], score, -float("inf"))
+
+    return _compiled_flex()(q, k, v, score_mod=causal, enable_gqa=True)
+
+
+ATTENTION = {"sdpa": sdpa_attention, "flex": flex}
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -84,24 +129,21 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.dim, kv, bias=False)
         self.o_proj = nn.Linear(cfg.heads * hd, cfg.dim, bias=False)
 
-    def forward(self, x, positions, rope, cache, layer: int, mask) -> torch.Tensor:
+    def forward(self, x, positions, rope, cache, layer: int, mask, attend) -> torch.Tensor:
         b, s, _ = x.shape
         c = self.cfg
-        q = self.q_proj(x).view(b, s, c.heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
+        if hasattr(self, "qkv_proj"):  # fused: one GEMM, its output split in three
+            kv = c.kv_heads * c.head_dim
+            q, k, v = self.qkv_proj(x).split([c.heads * c.head_dim, kv, kv], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, s, c.heads, c.head_dim).transpose(1, 2)
+        k = k.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
+        v = v.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
         q, k = rope(q, positions), rope(k, positions)
         k, v = cache.update(layer, k, v, positions)  # written, then every key and value so far
-        # Grouped-query attention without copying k and v per query head: the `group` query
-        # heads that share a key/value head become rows of one query, [b, kv_heads, group*s, hd]
-        # (row g*s + i: head g of the group at position i), each masked as its position says.
-        group = c.heads // c.kv_heads
-        q = q.reshape(b, c.kv_heads, group * s, c.head_dim)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.repeat(group, 1))
-        a = (
-            a.reshape(b, c.heads, s, c.head_dim).transpose(1, 2).reshape(b, s, -1)
-        )  # SDPA may return it strided
-        return self.o_proj(a)
+        a = attend(q, k, v, positions, mask)  # [b, heads, s, hd], maybe strided
+        return self.o_proj(a.transpose(1, 2).reshape(b, s, -1))
 
 
 class MLP(nn.Module):
@@ -112,7 +154,11 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.hidden, cfg.dim, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if hasattr(self, "gate_up_proj"):  # fused: one GEMM, gate's columns then up's
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Layer(nn.Module):
@@ -132,10 +178,19 @@ class Decoder(nn.Module):
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.eps)
 
 
+def _joined(*linears: nn.Linear) -> nn.Linear:
+    """One Linear whose output is theirs side by side (their weights stacked by rows)."""
+    weight = torch.cat([m.weight for m in linears])
+    joined = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device)
+    joined.weight = nn.Parameter(weight, requires_grad=False)
+    return joined
+
+
 class Llama(nn.Module):
-    def __init__(self, cfg: Config, max_len: int):
+    def __init__(self, cfg: Config, max_len: int, attention: str = "sdpa"):
         super().__init__()
         self.cfg = cfg
+        self.attend = ATTENTION[attention]
         self.model = Decoder(cfg)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
         self.rope = Rope(cfg, max_len)
@@ -144,19 +199,31 @@ class Llama(nn.Module):
         """tokens [batch, seq] at `positions` [seq] (a tensor, so that a CUDA graph can replay
         the step at the next position); returns the last position's logits [batch, vocab]."""
         x = self.model.embed_tokens(tokens)
-        mask = cache.mask(positions)  # [seq, keys]: which cached keys each position sees
+        # [seq, keys]: which cached keys each position sees (FlexAttention computes its own)
+        mask = cache.mask(positions) if self.attend is sdpa_attention else None
         for i, layer in enumerate(self.model.layers):
             h = layer.input_layernorm(x)
-            x = x + layer.self_attn(h, positions, self.rope, cache, i, mask)
+            x = x + layer.self_attn(h, positions, self.rope, cache, i, mask, self.attend)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.lm_head(self.model.norm(x[:, -1]))
 
+    def fuse_projections(self) -> Llama:
+        """q, k, v -> qkv_proj and gate, up -> gate_up_proj, in place: the same weights (the
+        unfused ones freed as each layer is done, so the model never holds both)."""
+        for layer in self.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            a.qkv_proj = _joined(a.q_proj, a.k_proj, a.v_proj)
+            del a.q_proj, a.k_proj, a.v_proj
+            m.gate_up_proj = _joined(m.gate_proj, m.up_proj)
+            del m.gate_proj, m.up_proj
+        return self
 
-def build(cfg: Config, max_len: int, device, dtype: torch.dtype) -> Llama:
+
+def build(cfg: Config, max_len: int, device, dtype: torch.dtype, attention="sdpa") -> Llama:
     """Random weights, drawn as transformers initializes Llama (normal, std 0.02; norms at 1),
     made on the device directly (an 8B model in float32 is 32 GB: no CPU detour)."""
     with torch.device(device):
-        model = Llama(cfg, max_len).to(dtype)
+        model = Llama(cfg, max_len, attention).to(dtype)
     for name, p in model.named_parameters():
         if "norm" not in name:
             nn.init.normal_(p, std=0.02)

@@ -30,6 +30,20 @@ def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5):
     return timing.summarize([one for one, _ in pairs], how), token
 
 
+def time_gemms(shapes: dict[tuple[int, int, int], int], run: Run) -> tuple[float, float]:
+    """(seconds, FLOPs) of these GEMMs {(M, K, N): count} each shape timed alone in the run's
+    dtype on random data (median, profiler detached, L2 flushed between calls), x its count."""
+    import torch
+
+    seconds = flops = 0.0
+    for (m, k, n), count in shapes.items():
+        a = torch.randn(m, k, device=run.device, dtype=run.dtype)
+        w = torch.randn(n, k, device=run.device, dtype=run.dtype)
+        seconds += count * timing.time_fn(lambda a=a, w=w: a @ w.t(), on_gpu=run.on_gpu).median_s
+        flops += count * 2 * m * k * n
+    return seconds, flops
+
+
 def batches(text: str) -> list[int]:
     try:
         found = [int(b) for b in text.split(",")]

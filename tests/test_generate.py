@@ -20,6 +20,7 @@ from tracereader.judge import findings
 from tracereader.trace import load as trace_reader
 
 SCRIPT = "08_generate"
+NORMS = ("input_layernorm", "post_attention_layernorm")
 SMALL = ["--prompt", "12", "--new-tokens", "6", "--wait", "0", "--warmup-steps", "1"]
 
 
@@ -94,15 +95,47 @@ def test_a_dynamic_cache_reads_one_key_more_every_token(tmp_path, capsys):
     assert "KV cache: 0.008 MiB held" in printed  # fp32, 17 tokens, batch 1
 
 
+def test_fused_projections_and_flex_attention_give_the_tokens_with_fewer_gemms(tmp_path, capsys):
+    assert generate(tmp_path, "--fuse", "--attention", "flex", "--batch", "2") == 0
+    printed = capsys.readouterr().out
+    assert "2 of 2 sequences give the float32 reference's 6 greedy tokens" in printed
+    assert "GEMMs by rows M, per step: {24: 8, 2: 1}" in printed  # qkv, o, gate_up, down x 2
+    assert "{2: 9} / {2: 9}" in printed
+    assert "MISMATCH" not in printed
+    assert next((tmp_path / SCRIPT).glob("*.json")).name.endswith(
+        "_static_fused_flex_eager_w0-1-3_cpu.json"
+    )
+
+
+def test_fusing_the_projections_keeps_the_models_logits():
+    """qkv_proj and gate_up_proj hold the same weights: the logits of every position agree
+    with the unfused model's, SDPA's and FlexAttention's alike, and no unfused weight is left."""
+    lesson = load_script(SCRIPT)
+    torch.manual_seed(0)
+    cfg = llama.PRESETS["tiny"]
+    model = llama.build(cfg, 64, "cpu", torch.float32)
+    tokens, positions = torch.randint(0, cfg.vocab, (2, 40)), torch.arange(40)
+    before = model(tokens, positions, lesson.DynamicCache(cfg.layers))
+    model.fuse_projections()
+    linears = {n.split(".")[-2] for n, _ in model.named_parameters() if "layers" in n}
+    assert linears == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", *NORMS}
+    for attend in llama.ATTENTION.values():
+        model.attend = attend
+        after = model(tokens, positions, lesson.DynamicCache(cfg.layers))
+        torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.slow
-def test_the_compiled_decode_step_gives_the_same_tokens(tmp_path, capsys, monkeypatch):
-    # one layer: Inductor's C++ compile of the step is most of this test's time
+@pytest.mark.parametrize("kernels", [[], ["--fuse", "--attention", "flex"]])
+def test_the_compiled_steps_give_the_same_tokens(kernels, tmp_path, capsys, monkeypatch):
+    # one layer: Inductor's C++ compile of the steps is most of this test's time
     monkeypatch.setitem(llama.PRESETS, "tiny", llama.Config(256, 64, 1, 4, 2, 192, context=256))
-    assert generate(tmp_path, "--compile", "--dtype", "fp32") == 0
+    assert generate(tmp_path, "--compile", "--dtype", "fp32", *kernels) == 0
     printed = capsys.readouterr().out
     assert "give the float32 reference's 6 greedy tokens exactly" in printed
     assert "CPU op Torch-Compiled Region*          seen: in every step" in printed
-    assert "PROBLEM" not in printed  # prefill (eager) is not read as a recompile of decode
+    assert printed.count("Torch-Compiled Region*") >= 2  # prefill's region and decode's
+    assert "PROBLEM" not in printed  # two compiled frames are not a recompile
 
 
 @pytest.mark.slow
@@ -171,6 +204,23 @@ def test_the_floor_is_the_weights_and_the_cache_over_the_copy_bandwidth():
     activations = moved - weights - kv  # each GEMM's input and output rows: 160 KB a layer
     assert 5e6 < activations < 6e6
     assert seconds == pytest.approx(moved / 3.0e12) and 4.9e-3 < seconds < 5.1e-3
+
+
+def test_prefills_flops_are_its_weights_twice_per_token_and_the_causal_attention():
+    lesson = load_script(SCRIPT)
+    cfg = llama.PRESETS["8b"]
+    v = lesson.Variant(cfg, 1, 512, 768, "static", "ours", False, False)
+    # the layers' weights (not the embedding, norms, head) x 2 FLOPs x 512 tokens; the head
+    # at the last position; attention 2 x 2 x 128 per query head and key seen, causal
+    layers = cfg.params() - 2 * cfg.vocab * cfg.dim - (2 * cfg.layers + 1) * cfg.dim
+    attention = 32 * 32 * 4 * 128 * (512 * 513 / 2)
+    flops = 2 * 512 * layers + 2 * cfg.dim * cfg.vocab + attention
+    assert lesson.prefill_flops(v) == pytest.approx(flops, rel=1e-12)
+    assert 7.2e12 < flops < 7.25e12  # docs/observations.md: 7.217 TFLOP
+    fused = lesson.Variant(cfg, 1, 512, 768, "static", "ours", False, False, fused=True)
+    assert lesson.prefill_flops(fused) == lesson.prefill_flops(v)  # the same weights
+    assert sum(lesson.prefill_gemms(fused).values()) == 4 * 32 + 1
+    assert lesson.prefill_gemms(fused)[(512, 4096, 2 * 14336)] == 32
 
 
 def gpu_generation_trace(path, *, host_gap_us: float, graphs: bool) -> None:
@@ -247,6 +297,8 @@ def test_a_graph_replayed_decode_is_gpu_bound_and_told_to_batch(tmp_path):
         (["--cuda-graphs"], "needs a CUDA GPU"),
         (["--compile", "--cache", "dynamic"], "need --cache static"),
         (["--impl", "hf", "--compile"], "--impl hf runs transformers' generate as it comes"),
+        (["--impl", "hf", "--fuse"], "--impl hf runs transformers' generate as it comes"),
+        (["--attention", "paged"], "invalid choice"),
         (["--sweep-batch", "1,x"], "not a list of positive batches"),
     ],
 )

@@ -294,6 +294,25 @@ def test_recompile_inside_the_recorded_steps_is_a_health_problem(tmp_path):
     assert problems and "recompile" in problems[0].message
 
 
+def test_two_compiled_frames_are_not_a_recompile(tmp_path):
+    """A prefill and a decode step compiled apart run regions 0/0 and 1/0: two frames, each
+    compiled once. Only a frame's second compilation (0/1) is a recompile."""
+    source = H200 / "02_linear" / "b8_in4_out6_bf16_compile.json.gz"
+
+    def second_frame(ev, name):
+        regions = [e for e in ev if str(e.get("name", "")).startswith("Torch-Compiled Region")]
+        max(regions, key=lambda e: e["ts"])["name"] = name
+        return ev
+
+    for name, flagged in (
+        ("Torch-Compiled Region: 1/0", False),
+        ("Torch-Compiled Region: 0/1", True),
+    ):
+        path = rewrite(tmp_path, source, lambda ev, name=name: second_frame(ev, name))
+        problems = [f for f in findings.read(trace_reader.load(path)) if f.problem]
+        assert bool([p for p in problems if "recompile" in p.message]) == flagged, name
+
+
 def test_step_to_step_variation_of_one_kernel_is_pointed_out(tmp_path):
     source = H200 / "03_simple_mlp" / f"{POSTS_MLP}_eager.json.gz"
 

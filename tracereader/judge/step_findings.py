@@ -100,13 +100,17 @@ def health(trace: Trace) -> list[Finding]:
         )
     compiling = _names_matching(trace, COMPILE_WORK)
     recompiled = [s.name for s in trace.steps if any(compiling[op.name] for op in s.cpu_ops)]
+    # "Torch-Compiled Region: F/C": compiled frame F's C-th compilation. Two frames (a
+    # prefill and a decode step compiled apart) are not a recompile; F/0 beside F/1 is.
     regions = {
         re.sub(r"^Torch-Compiled Region: ", "", name)
         for name in compiling
         if name.startswith("Torch-Compiled")
     }
-    if recompiled or len(regions) > 1:
-        where = steps_text(recompiled) if recompiled else f"regions {sorted(regions)}"
+    frames = [r.split("/")[0] for r in regions]
+    again = sorted(r for r in regions if frames.count(r.split("/")[0]) > 1)
+    if recompiled or again:
+        where = steps_text(recompiled) if recompiled else f"regions {again}"
         out.append(
             Finding(
                 "health",
