@@ -101,20 +101,21 @@ def parse(argv):
     shapes.add_mlp_flags(parser)
     parser.add_argument(
         "--kernel",
-        choices=["auto", "plain", "hopper"],
+        choices=["auto", "plain", "hopper", "gluon"],
         default="auto",
         help="plain: pointer loads, one program per tile (Ampere, the interpreter); hopper: TMA "
-        "and a persistent grid (compute capability 9.x, bf16/fp16); auto: hopper where it "
-        "applies (default: auto)",
+        "and a persistent grid (compute capability 9.x, bf16/fp16); gluon: gluon_geglu.py's "
+        "warp-specialized kernel (SM90, eager only); auto: hopper where it applies, gluon "
+        "instead on the GPUs where it measured faster (default: auto)",
     )
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse(argv)
-    fused_geglu.refuse_unrunnable(args.device, args.compile)
+    fused_geglu.refuse_unrunnable(args.device, args.compile, args.kernel)
     run = cli.resolve(args)
-    kernel = fused_geglu.choose_kernel(args.kernel, run, args.dim, args.hidden)
+    kernel = fused_geglu.choose_kernel(args.kernel, run, args.dim, args.hidden, args.compile)
     packed_bytes = 2 * args.dim * args.hidden * cli.element_size(run)
     cli.ensure_fits(
         shapes.mlp_bytes_needed(args, run) + packed_bytes,
