@@ -47,6 +47,10 @@ except ImportError as err:
         f"the gluon kernel needs Triton's Gluon Hopper API (Triton 3.6 or newer); Triton "
         f"{triton.__version__} lacks it ({err})"
     ) from None
+try:  # Proton's in-kernel scopes (03_fused_mlp.py --proton); None: Triton built without Proton
+    from triton.profiler import language as pl
+except ImportError:
+    pl = None
 # TMA's copies under their two names: Triton 3.6's, and 3.7's on (3.9 refuses the old ones).
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
@@ -126,13 +130,13 @@ def accumulator_layout(block_m, block_n, warps):
 
 
 @gluon.jit
-def producer(x_desc, w_desc, bufs, bars, sizes, order):
+def producer(x_desc, w_desc, bufs, bars, sizes, opts):
     """Every tile of this program in order, every K step: wait for a free slot, load x's rows and
     the weight's packed rows into it; the slot's `ready` barrier counts the bytes in."""
     x_bufs, w_bufs, _ = bufs
     ready, empty, _ = bars
     M, HIDDEN, K = sizes
-    GROUP_M, ALONG_N = order
+    GROUP_M, ALONG_N, _, PROTON = opts  # compile-time, each
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -146,7 +150,11 @@ def producer(x_desc, w_desc, bufs, bars, sizes, order):
         for k in range(k_tiles):
             slot = step % STAGES
             # Barriers start as if phase 1 had completed: the first lap finds every slot free.
+            if PROTON:
+                pl.enter_scope("producer waits for a free slot")
             mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
+            if PROTON:
+                pl.exit_scope("producer waits for a free slot")
             bar = ready.index(slot)
             # Bytes of whole boxes: TMA fills the part past M, K or 2 * HIDDEN with zeros.
             mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
@@ -158,15 +166,15 @@ def producer(x_desc, w_desc, bufs, bars, sizes, order):
 
 
 @gluon.jit
-def consumer(out_desc, bufs, bars, sizes, order, FAST_TANH: gl.constexpr, WHICH: gl.constexpr,
-             CONSUMERS: gl.constexpr, WARPS: gl.constexpr):  # fmt: skip
+def consumer(out_desc, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.constexpr,
+             WARPS: gl.constexpr):  # fmt: skip
     """Tiles WHICH, WHICH + CONSUMERS, ... of this program: wgmma from the ring's slots (one in
     flight while the next is issued), then the GeGLU, a store to shared memory and a TMA store
     that runs on while the next tile's wgmma do."""
     x_bufs, w_bufs, out_bufs = bufs
     ready, empty, turns = bars
     M, HIDDEN, K = sizes
-    GROUP_M, ALONG_N = order
+    GROUP_M, ALONG_N, FAST_TANH, PROTON = opts
     BLOCK_M: gl.constexpr = x_bufs.shape[1]
     BLOCK_K: gl.constexpr = x_bufs.shape[2]
     BLOCK_N: gl.constexpr = w_bufs.shape[1]
@@ -190,7 +198,11 @@ def consumer(out_desc, bufs, bars, sizes, order, FAST_TANH: gl.constexpr, WHICH:
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
         for k in range(k_tiles):
             slot = step % STAGES
+            if PROTON:
+                pl.enter_scope("consumer waits for data")
             mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
+            if PROTON:
+                pl.exit_scope("consumer waits for data")
             # B is the packed weight's [BLOCK_N, BLOCK_K] box, read as K-major through a view.
             acc = warpgroup_mma(x_bufs.index(slot), w_bufs.index(slot).permute((1, 0)), acc,
                                 is_async=True)  # fmt: skip
@@ -205,12 +217,16 @@ def consumer(out_desc, bufs, bars, sizes, order, FAST_TANH: gl.constexpr, WHICH:
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES))
         step += (CONSUMERS - 1) * k_tiles  # the other consumer's tile comes next in the ring
 
+        if PROTON:
+            pl.enter_scope("consumer epilogue")
         m = geglu(acc, FAST_TANH).to(out_desc.dtype)
         tma.store_wait(pendings=0)  # the previous tile's store has left out_buf
         out_buf.store(m)
         fence_async_shared()  # the generic-proxy writes before TMA (async proxy) reads them
         tma_store(out_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2)],
                                         out_buf)  # fmt: skip
+        if PROTON:
+            pl.exit_scope("consumer epilogue")
     tma.store_wait(pendings=0)
 
 
@@ -219,7 +235,7 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr, ALONG_N: gl.constexpr,
                        FAST_TANH: gl.constexpr, CONSUMERS: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                       num_warps: gl.constexpr):  # fmt: skip
+                       PROTON: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T); x_desc [M, K], w_desc [2 * HIDDEN, K]
     interleaved (pack), out_desc [M, HIDDEN]. A persistent grid: a program per SM."""
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape,
@@ -240,13 +256,13 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
     bufs = (x_bufs, w_bufs, out_bufs)
     bars = (ready, empty, turns)
     sizes = (M, HIDDEN, K)
-    order = (GROUP_M, ALONG_N)
-    loads = (x_desc, w_desc, bufs, bars, sizes, order)
+    opts = (GROUP_M, ALONG_N, FAST_TANH, PROTON)
+    loads = (x_desc, w_desc, bufs, bars, sizes, opts)
     if CONSUMERS == 2:
         gl.warp_specialize(
             [
-                (consumer, (out_desc, bufs, bars, sizes, order, FAST_TANH, 0, 2, num_warps)),
-                (consumer, (out_desc, bufs, bars, sizes, order, FAST_TANH, 1, 2, num_warps)),
+                (consumer, (out_desc, bufs, bars, sizes, opts, 0, 2, num_warps)),
+                (consumer, (out_desc, bufs, bars, sizes, opts, 1, 2, num_warps)),
                 (producer, loads),
             ],
             [num_warps, 1],
@@ -255,7 +271,7 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
     else:
         gl.warp_specialize(
             [
-                (consumer, (out_desc, bufs, bars, sizes, order, FAST_TANH, 0, 1, num_warps)),
+                (consumer, (out_desc, bufs, bars, sizes, opts, 0, 1, num_warps)),
                 (producer, loads),
             ],
             [1],
@@ -285,9 +301,11 @@ def plan(config) -> Plan:
     return Plan(warps, maxnreg, min(256, spare // consumer_warpgroups // 8 * 8))
 
 
-def constexprs(config) -> dict:
-    """The kernel's compile-time arguments (launch and compile_sm90 pass the same)."""
+def constexprs(config, proton: bool = False) -> dict:
+    """The kernel's compile-time arguments (launch and compile_sm90 pass the same); proton:
+    with Proton's scopes (its own compile, beside the plain one)."""
     return dict(
+        PROTON=proton,
         STAGES=config.stages,
         GROUP_M=config.group_m,
         ALONG_N=config.along_n,
@@ -312,7 +330,7 @@ def descriptors(x, packed, out, config):
     ]
 
 
-def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs: int):
+def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs: int, proton=False):
     """m [M, hidden] from x [M, dim] and the interleaved weight [2 * hidden, dim]."""
     M, K = x.shape
     out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
@@ -321,7 +339,7 @@ def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs:
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
     how = plan(config)
     fused_gate_up_geglu_gluon_kernel[(min(tiles, programs),)](
-        *descriptors(x, packed, out, config), M, hidden, K, **constexprs(config),
+        *descriptors(x, packed, out, config), M, hidden, K, **constexprs(config, proton),
         num_warps=config.warps, maxnreg=how.maxnreg,
     )  # fmt: skip
     return out
@@ -333,7 +351,7 @@ def pack(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.stack([gate, up], dim=1).reshape(-1, gate.shape[1]).contiguous()
 
 
-def compile_sm90(config, dtype: torch.dtype = torch.bfloat16):
+def compile_sm90(config, dtype: torch.dtype = torch.bfloat16, proton: bool = False):
     """The kernel compiled for sm_90 on this machine, GPU or not (Triton's own ptxas): what
     tests and tools/dev/fused_geglu_sass.py read the SASS of."""
     from triton.backends.compiler import GPUTarget
@@ -346,7 +364,7 @@ def compile_sm90(config, dtype: torch.dtype = torch.bfloat16):
     names = ("x_desc", "w_desc", "out_desc")
     signature = {name: mangle_type(d) for name, d in zip(names, descs, strict=True)}
     signature.update(M="i32", HIDDEN="i32", K="i32")
-    fixed = constexprs(config)
+    fixed = constexprs(config, proton)
     fixed["num_warps"] = config.warps
     signature.update(dict.fromkeys(fixed, "constexpr"))
     source = GluonASTSource(fused_gate_up_geglu_gluon_kernel, signature, constexprs=fixed)
