@@ -36,6 +36,13 @@ script says in one line that it needs a GPU.
     uv run 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --compile
     uv run 03_fused_mlp.py --kernel plain          # the pointer-load path that Ampere runs
     uv run --extra hopper 03_fused_mlp.py --bench  # beside QuACK's gated GEMM (SM90)
+    uv run 03_fused_mlp.py --kernel gluon --proton # inside the warp-specialized kernel (SM90)
+
+--proton (SM90, the gluon kernel): Proton, Triton's intra-kernel profiler, timestamps scopes
+inside gluon_geglu.py's kernel, per warp: the producer waiting for a free slot, the consumers
+waiting for data and running their epilogue. Its Chrome trace lands beside torch.profiler's
+(..._proton.chrome_trace). The reading: consumers waiting for data mean loads cannot keep up
+(memory- or latency-bound); a producer waiting for slots means the tensor cores set the pace.
     TRITON_INTERPRET=1 uv run 03_fused_mlp.py --batch 2 --seq 3 --dim 16 --hidden 32
 """
 
@@ -101,20 +108,99 @@ def parse(argv):
     shapes.add_mlp_flags(parser)
     parser.add_argument(
         "--kernel",
-        choices=["auto", "plain", "hopper"],
+        choices=["auto", "plain", "hopper", "gluon"],
         default="auto",
         help="plain: pointer loads, one program per tile (Ampere, the interpreter); hopper: TMA "
-        "and a persistent grid (compute capability 9.x, bf16/fp16); auto: hopper where it "
-        "applies (default: auto)",
+        "and a persistent grid (compute capability 9.x, bf16/fp16); gluon: gluon_geglu.py's "
+        "warp-specialized kernel (SM90, eager only); auto: hopper where it applies, gluon "
+        "instead on the GPUs where it measured faster (default: auto)",
+    )
+    parser.add_argument(
+        "--proton",
+        action="store_true",
+        help="also record the gluon kernel's producer and consumer timelines with Proton "
+        "(SM90; implies --kernel gluon; a Chrome trace beside the profiler's)",
     )
     return parser.parse_args(argv)
 
 
+def refuse_proton(args) -> None:
+    """One line, before any work, where Proton cannot look inside the gluon kernel."""
+    if not args.proton:
+        return
+    if args.kernel in ("plain", "hopper"):
+        raise cli.UsageError(
+            f"--proton instruments the gluon kernel only (Triton kernels are rewritten too much "
+            f"by the compiler for Proton's scopes); got --kernel {args.kernel}"
+        )
+    if args.device == "cpu" or not torch.cuda.is_available():
+        raise cli.UsageError("--proton needs an SM90 GPU (H100, H200): Proton times the GPU's code")
+    major, minor = torch.cuda.get_device_capability()
+    if major != 9:
+        raise cli.UsageError(f"--proton needs an SM90 GPU (H100, H200); this is {major}.{minor}")
+    try:
+        import triton.profiler  # noqa: F401
+    except ImportError as err:
+        raise cli.UsageError(f"--proton: Triton's Proton does not import ({err})") from None
+    args.kernel = "gluon"
+
+
+def record_proton(fused, x, out) -> None:
+    """Run the gluon kernel once under Proton's instrumentation and read its scopes back: the
+    time each kind of warp spent per scope, summed over warps, per warp that recorded it."""
+    import json
+    import os
+
+    import triton.profiler as proton
+
+    import gluon_geglu
+
+    stem = out.trace.name.split(".")[0]
+    name = out.trace.with_name(f".{stem}_proton.partial")  # Proton adds .chrome_trace
+    written = name.with_name(name.name + ".chrome_trace")
+    final = out.trace.with_name(f"{stem}_proton.chrome_trace")
+    flat = x.reshape(-1, x.shape[-1])
+    config = fused_geglu.CONFIGS[fused.config]
+    programs = fused_geglu.sm_count(x.device)
+    # Proton's buffer in global memory: the kernel's ring fills the shared memory.
+    mode = proton.mode.Default(buffer_type="global")
+    proton.start(str(name), data="trace", backend="instrumentation", mode=mode)
+    try:
+        gluon_geglu.launch(flat, fused.gate_up, fused.hidden, config, programs, proton=True)
+        torch.cuda.synchronize()
+    finally:
+        proton.finalize()
+    os.replace(written, final)
+    print(f"proton: {final}")
+    events = json.loads(final.read_text())
+    events = events.get("traceEvents", events) if isinstance(events, dict) else events
+    spans: dict[str, list[float]] = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "X":
+            spans.setdefault(e.get("name", "?"), []).append(float(e.get("dur", 0)))
+    for scope, durs in sorted(spans.items()):
+        print(f"  {scope:<34} {len(durs):7d} spans, {sum(durs):12.1f} in all (trace units)")
+    data = sum(spans.get("consumer waits for data", []))
+    slot = sum(spans.get("producer waits for a free slot", []))
+    if data or slot:
+        print(
+            "  reading: "
+            + (
+                "consumers wait for data longer than the producer waits for slots: the loads "
+                "do not keep up"
+                if data > slot
+                else "the producer waits for free slots longer than consumers wait for data: "
+                "the tensor cores set the pace, as they should"
+            )
+        )
+
+
 def main(argv=None) -> int:
     args = parse(argv)
-    fused_geglu.refuse_unrunnable(args.device, args.compile)
+    refuse_proton(args)
+    fused_geglu.refuse_unrunnable(args.device, args.compile, args.kernel)
     run = cli.resolve(args)
-    kernel = fused_geglu.choose_kernel(args.kernel, run, args.dim, args.hidden)
+    kernel = fused_geglu.choose_kernel(args.kernel, run, args.dim, args.hidden, args.compile)
     packed_bytes = 2 * args.dim * args.hidden * cli.element_size(run)
     cli.ensure_fits(
         shapes.mlp_bytes_needed(args, run) + packed_bytes,
@@ -166,6 +252,9 @@ def main(argv=None) -> int:
         table_tmp.write_text(table + "\n")
     profiling.show(table, out, run)
 
+    if args.proton:
+        with torch.no_grad():
+            record_proton(fused, x, out)
     seen = profiling.look(out, EXPECT["compile" if args.compile else "eager"])
     if args.bench:
         model = traffic_model(args.batch * args.seq, args.dim, args.hidden, x.element_size())

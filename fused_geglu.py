@@ -324,7 +324,7 @@ def fused_gate_up_geglu_tma_epi_kernel(
 class Config:
     """One kernel configuration. block_n counts packed rows: block_n // 2 gate, block_n // 2 up."""
 
-    path: str  # "plain", "hopper" or "hopper-epi" (HOPPER_PATHS)
+    path: str  # "plain", "hopper", "hopper-epi" (HOPPER_PATHS) or "gluon" (gluon_geglu.py)
     block_m: int
     block_n: int
     block_k: int
@@ -338,7 +338,8 @@ class Config:
     # main loop, where both fit in shared memory and registers)
     along_n: bool = False  # hopper-epi: groups of group_m column blocks (QuACK's raster)
     epi_split: int = 1  # hopper-epi: stores per tile (2: half the epilogue's shared memory)
-    fast_tanh: bool = False  # hopper-epi: tanh.approx.f32 in the GeGLU (QuACK's tanh)
+    fast_tanh: bool = False  # hopper-epi, gluon: tanh.approx.f32 in the GeGLU (QuACK's tanh)
+    consumers: int = 1  # gluon: consumer partitions of `warps` warps (2: they take turns)
 
     def describe(self) -> str:
         tile = f"{self.block_m}x{self.block_n}x{self.block_k}"
@@ -356,11 +357,15 @@ class Config:
                     ("tanh.approx", self.fast_tanh),
                 )
             )
+        if self.path == GLUON:
+            text += f" {'pingpong' if self.consumers == 2 else 'cooperative'}"
+            text += " along-n" * self.along_n + " tanh.approx" * self.fast_tanh
         return text
 
 
 HOPPER_PATHS = ("hopper", "hopper-epi")  # TMA descriptors and a persistent grid: SM90
-PATHS = (*HOPPER_PATHS, "plain")
+GLUON = "gluon"  # gluon_geglu.py: warp-specialized, SM90 only, no interpreter
+PATHS = (*HOPPER_PATHS, GLUON, "plain")
 
 
 # One fixed configuration per path, no autotuning: the kernel compiles once per dtype (about a
@@ -385,6 +390,11 @@ CONFIGS = {
     "hopper-epi": Config(
         "hopper-epi", 128, 256, 64, stages=4, warps=8, epi_split=2, fast_tanh=True
     ),
+    # Opt-in until measured (SM90 only; "auto" takes it on the GPUs of GLUON_MEASURED_FASTER):
+    # gluon_geglu.py's kernel, two consumer warpgroups taking turns over 128 x 128 tiles (64
+    # gate + 64 up columns each, 128 accumulator registers a thread) fed by a producer warp
+    # through 6 stages of 32 KB; not yet timed (tools/dev/gluon_gpu.sh times it).
+    GLUON: Config(GLUON, 128, 128, 64, stages=6, warps=4, consumers=2),
     # float32: the dot runs in IEEE float32 on the CUDA cores, not as tf32 on the tensor cores.
     # tf32 keeps 10 mantissa bits and lands near 3e-4, over common/check.py's 1e-4 for float32.
     "plain-fp32": Config("plain", 64, 64, 32, stages=3, warps=4),
@@ -397,6 +407,23 @@ def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 3
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+# GPUs (torch.cuda.get_device_name) on which the gluon path measured faster than "hopper",
+# kernel and forward, at the post's and the Llama shape (tools/dev/gluon_gpu.sh): "auto" takes
+# it there, nowhere else. Empty until it is measured.
+GLUON_MEASURED_FASTER: dict[str, str] = {}
+
+
+@cache
+def gluon():
+    """gluon_geglu, imported on first use: its import builds Gluon kernels, and a Triton
+    without Gluon's Hopper API says so in one line (cli.UsageError) where gluon is asked for."""
+    try:
+        import gluon_geglu
+    except ImportError as err:
+        raise cli.UsageError(f"--kernel gluon: {err}") from None
+    return gluon_geglu
 
 
 @cache
@@ -454,6 +481,9 @@ def launch(
     out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
     if M == 0:
         return out
+    if config.path == GLUON:  # launched as it is: wrap_triton knows Triton's kernels, not Gluon's
+        refuse_off_sm90(x.device, config.path)
+        return gluon().launch(x, gate_up, hidden, config, config.per_sm * sm_count(x.device))
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
     meta = dict(constexprs(config), num_stages=config.stages, num_warps=config.warps)
     if config.path in HOPPER_PATHS:
@@ -527,6 +557,14 @@ def pack_gate_up(gate: torch.Tensor, up: torch.Tensor, half: int) -> torch.Tenso
     return torch.stack(blocks, dim=1).reshape(-1, dim).contiguous()
 
 
+def pack(config: Config, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """The packed weight a configuration reads: gluon's interleaved rows, else pack_gate_up's
+    blocks of block_n // 2."""
+    if config.path == GLUON:
+        return gluon().pack(gate, up)
+    return pack_gate_up(gate, up, config.block_n // 2)
+
+
 class FusedGeGLUMLP(nn.Module):
     """GeGLUMLP's weights; gate and up packed once, here, for the fused kernel."""
 
@@ -534,8 +572,8 @@ class FusedGeGLUMLP(nn.Module):
         super().__init__()
         self.config = config
         self.hidden = mlp.gate_proj.out_features
-        half = CONFIGS[config].block_n // 2
-        packed = pack_gate_up(mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach(), half)
+        weights = (mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach())
+        packed = pack(CONFIGS[config], *weights)
         self.register_buffer("gate_up", packed)  # inference only: the op has no backward
         self.down_proj = mlp.down_proj
 
@@ -548,41 +586,66 @@ class FusedGeGLUMLP(nn.Module):
         return self.down_proj(m).view(*x.shape[:-1], -1)
 
 
-def choose_kernel(requested: str, run: cli.Run, dim: int, hidden: int) -> str:
-    """The path to run: "hopper" or "plain". auto: Hopper's on compute capability 9.x for bf16
-    and fp16 when TMA can address the tensors, else the plain one."""
+def choose_kernel(
+    requested: str, run: cli.Run, dim: int, hidden: int, compiling: bool = False
+) -> str:
+    """The path to run: "hopper", "gluon" or "plain". auto: on compute capability 9.x for bf16
+    and fp16 when TMA can address the tensors, Hopper's, or gluon's on a GPU where it measured
+    faster (GLUON_MEASURED_FASTER; eager only); else the plain one."""
     elt = cli.element_size(run)
     tma_rows = all(n * elt % 16 == 0 for n in (dim, hidden))  # TMA strides: 16-byte multiples
     major, minor = torch.cuda.get_device_capability(run.device) if run.on_gpu else (None, None)
     if requested == "plain":
         return "plain"
-    if requested == "hopper":
+    if requested in ("hopper", GLUON):
         if run.dtype == torch.float32:
             raise cli.UsageError(
-                "--kernel hopper runs bf16 and fp16 on the tensor cores; fp32 takes the plain path"
+                f"--kernel {requested} runs bf16 and fp16 on the tensor cores; fp32 takes the "
+                "plain path"
             )
         if not tma_rows:
             raise cli.UsageError(
-                f"--kernel hopper needs --dim and --hidden whose rows are multiples of 16 bytes "
-                f"for TMA (multiples of {16 // elt} in {run.dtype_name}); got {dim} and {hidden}"
+                f"--kernel {requested} needs --dim and --hidden whose rows are multiples of 16 "
+                f"bytes for TMA (multiples of {16 // elt} in {run.dtype_name}); got {dim} and "
+                f"{hidden}"
+            )
+        if requested == GLUON and run.on_gpu and major != 9:
+            raise cli.UsageError(
+                f"--kernel gluon runs on SM90 (Hopper) only: its wgmma and register "
+                f"reallocation are Hopper's; this GPU is {major}.{minor}"
             )
         if run.on_gpu and major < 9:
             raise cli.UsageError(
                 f"--kernel hopper needs compute capability 9.0 or newer (TMA); this GPU is "
                 f"{major}.{minor}: use --kernel plain"
             )
-        return "hopper"
-    return "hopper" if major == 9 and run.dtype != torch.float32 and tma_rows else "plain"
+        if requested == GLUON:
+            gluon()  # a Triton without Gluon's Hopper API: one line, before any work
+        return requested
+    if major != 9 or run.dtype == torch.float32 or not tma_rows:
+        return "plain"
+    measured = torch.cuda.get_device_name(run.device) in GLUON_MEASURED_FASTER
+    return GLUON if measured and not compiling else "hopper"
 
 
 def config_name(kernel: str, run: cli.Run) -> str:
     return "plain-fp32" if kernel == "plain" and run.dtype == torch.float32 else kernel
 
 
-def refuse_unrunnable(device: str, compile: bool) -> None:
+def refuse_unrunnable(device: str, compile: bool, kernel: str = "auto") -> None:
     """One line, before any work, where the kernel cannot run: no GPU and no interpreter, or
-    torch.compile on a CPU (Inductor cannot compile a kernel that the interpreter runs)."""
+    torch.compile on a CPU (Inductor cannot compile a kernel that the interpreter runs); the
+    gluon kernel without a GPU (Gluon has no interpreter) or under torch.compile."""
     on_cpu = device == "cpu" or not torch.cuda.is_available()
+    if kernel == GLUON and on_cpu:
+        raise cli.UsageError(
+            "--kernel gluon needs an SM90 GPU (H100, H200): Gluon kernels have neither a CPU "
+            "backend nor an interpreter (tools/dev/fused_geglu_sass.py compiles it on a CPU)"
+        )
+    if kernel == GLUON and compile:
+        raise cli.UsageError(
+            "--kernel gluon runs eagerly only: Inductor traces Triton kernels, not Gluon's"
+        )
     if on_cpu and not INTERPRETING:
         raise cli.UsageError(
             "03_fused_mlp.py needs a CUDA GPU: its kernel is Triton, which has no CPU backend "

@@ -306,7 +306,7 @@ def test_tuner_refuses_an_unknown_path_in_one_line():
         text=True,
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("error: --paths takes hopper, hopper-epi, plain; got")
+    assert proc.stderr.startswith("error: --paths takes hopper, hopper-epi, gluon, plain; got")
     assert proc.stderr.count("\n") == 1
 
 

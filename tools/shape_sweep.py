@@ -37,6 +37,9 @@ Guess first:
                    the input copy; launches cost nothing there.
   fused-graph      the fused module under torch.compile(mode="reduce-overhead") (GPU only):
                    its two kernels replayed from a CUDA graph. Both removals at once.
+  fused-gluon      fused, with gluon_geglu.py's warp-specialized kernel (`--kernel gluon`; SM90
+                   only, listed there): the same two kernels, the gate/up one with a producer
+                   warp and consumer warpgroups taking turns; eager, no compile.
   quack            the same fusion by QuACK (quack-kernels, `uv sync --extra hopper`; SM90
                    only, listed where it imports): gemm_gated's one CuTe-DSL GEMM for gate, up
                    and the GeGLU (tuned=False: autotuning each shape would cost tens of
@@ -80,6 +83,7 @@ VARIANTS = (
     "fused",
     "cuda-graph",
     "fused-graph",
+    "fused-gluon",
     "quack",
 )
 GPU_ONLY = {  # variant -> why it needs a CUDA GPU
@@ -87,6 +91,7 @@ GPU_ONLY = {  # variant -> why it needs a CUDA GPU
     "fused": "03_fused_mlp.py's kernel is Triton",
     "cuda-graph": "CUDA graphs record and replay GPU launches",
     "fused-graph": "03_fused_mlp.py's kernel is Triton, replayed from a CUDA graph",
+    "fused-gluon": "gluon_geglu.py's kernel is Gluon code for SM90",
     "quack": "QuACK's gated GEMM is CuTe DSL code for SM90",
 }
 COMPILED = (
@@ -311,7 +316,8 @@ def main(argv=None) -> int:
     if args.hidden_change:
         shapes.append((*args.shapes[-1], args.hidden_change))
     biggest = max(b * s * max(h, args.hidden) for b, s, h in shapes)
-    packed = {"fused", "fused-graph", "quack"} & set(variants)  # gate and up once more, packed
+    # gate and up once more, packed
+    packed = {"fused", "fused-graph", "fused-gluon", "quack"} & set(variants)
     weights = (5 if packed else 3) * args.dim * max(h for *_, h in shapes) * 4
     cli.ensure_fits(biggest * 6 * 4 + weights, run)  # fused: the packed gate/up weight too
     tag = f"d{args.dim}_h{args.hidden}_{args.dtype}" + ("" if run.on_gpu else "_cpu")
@@ -357,14 +363,19 @@ def choose_variants(
     not there; by default all, the GPU-only ones skipped with a note on a CPU, quack skipped
     with a note where it cannot run on this GPU (major: its compute capability)."""
     if on_gpu:
+        gluon_why = None if major == 9 else f"SM90 only; this GPU is SM{major}x"
         if chosen:  # QuACK (and the CuTe DSL behind it) imported only where asked for
             if "quack" in chosen and (why := quack_gemm.unavailable(major, dtype)):
                 raise cli.UsageError(f"the quack variant cannot run here: {why}")
+            if "fused-gluon" in chosen and gluon_why:
+                raise cli.UsageError(f"the fused-gluon variant cannot run here: {gluon_why}")
             return chosen
         why = quack_gemm.unavailable(major, dtype)
-        if why:
-            print(f"note: the quack variant is skipped: {why}")
-        return [v for v in VARIANTS if v != "quack" or not why]
+        for variant, reason in (("quack", why), ("fused-gluon", gluon_why)):
+            if reason:
+                print(f"note: the {variant} variant is skipped: {reason}")
+        skipped = {v for v, r in (("quack", why), ("fused-gluon", gluon_why)) if r}
+        return [v for v in VARIANTS if v not in skipped]
     if chosen:
         refused = [v for v in chosen if v in GPU_ONLY]
         if refused:
@@ -470,12 +481,14 @@ def build(
         module = module.to(run.device, run.dtype).eval()
         return module, module
     mlp = GeGLUMLP(dim, hidden).to(run.device, run.dtype).eval()
-    if variant in ("fused", "fused-graph"):
+    if variant in ("fused", "fused-graph", "fused-gluon"):
         import fused_geglu as fused  # only when asked for: importing it registers its custom op
 
         # The lesson's own choice: Hopper's TMA kernel on compute capability 9.x (bf16, fp16),
-        # else the plain one; its fixed configuration for that path and dtype.
-        kernel = fused.choose_kernel("auto", run, dim, hidden)
+        # else the plain one; its fixed configuration for that path and dtype. fused-gluon:
+        # the gluon kernel, refused in one line where it cannot run.
+        asked = "gluon" if variant == "fused-gluon" else "auto"
+        kernel = fused.choose_kernel(asked, run, dim, hidden, compiling=variant == "fused-graph")
         module = fused.FusedGeGLUMLP(mlp, fused.config_name(kernel, run)).eval()
         print(f"fused kernel (hidden {hidden}): {module.describe()}")
         return module, mlp
@@ -485,7 +498,7 @@ def build(
 
 
 def make_forward(variant: str, module: torch.nn.Module):
-    if variant in ("eager", "liger", "fused", "quack"):
+    if variant in ("eager", "liger", "fused", "fused-gluon", "quack"):
         return module
     options = {
         "compile": {},

@@ -41,6 +41,7 @@ import argparse
 import math
 import sys
 import time
+import traceback
 from dataclasses import dataclass, fields, replace
 from types import SimpleNamespace
 
@@ -110,6 +111,30 @@ def hopper_epi_candidates(quick: bool) -> list[Config]:
         replace(pair, epi_split=2),
         replace(pair, epi_split=2, along_n=True),
         replace(pair, per_sm=1, stages=4),
+    ]
+
+
+def gluon_candidates(quick: bool) -> list[Config]:
+    """gluon_geglu.py's kernel: pingpong (two consumer warpgroups taking turns over tiles) and
+    cooperative (one of 8 warps per tile), each beside one change at a time. Shared memory:
+    stages x (x's box + the weight's box) + one output box per consumer, under 227 KB."""
+    base = fused_geglu.CONFIGS["gluon"]  # pingpong 128 x 128 x 64, 6 stages of 32 KB
+    coop = Config("gluon", 128, 256, 64, stages=4, warps=8, consumers=1)  # 4 x 48 + 32 KB
+    wide = Config("gluon", 64, 256, 64, stages=4, warps=4, consumers=2)  # 4 x 40 + 2 x 16 KB
+    if quick:
+        return [base, replace(base, fast_tanh=True), coop, wide]
+    return [
+        base,
+        replace(base, fast_tanh=True),
+        replace(base, stages=5),
+        replace(base, along_n=True),
+        replace(base, group_m=16),
+        replace(base, block_k=128, stages=3),  # 3 x 64 + 2 x 16 KB
+        coop,
+        replace(coop, fast_tanh=True),
+        replace(coop, along_n=True),
+        wide,
+        replace(wide, fast_tanh=True),
     ]
 
 
@@ -267,6 +292,9 @@ def main() -> int:
         default="hopper,plain",
         help=f"which paths' candidates to try, of {','.join(PATHS)} (default: hopper,plain)",
     )
+    parser.add_argument(
+        "--tracebacks", action="store_true", help="print a failing candidate's whole traceback"
+    )
     args = parser.parse_args()
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = [p for p in paths if p not in PATHS]
@@ -336,6 +364,11 @@ def main() -> int:
             candidates += hopper_epi_candidates(args.quick)
         else:
             print(f"\n(hopper-epi candidates skipped: SM90 only, this GPU is {major}.{minor})")
+    if "gluon" in paths:
+        if major == 9:
+            candidates += gluon_candidates(args.quick)
+        else:
+            print(f"\n(gluon candidates skipped: SM90 only, this GPU is {major}.{minor})")
     if "plain" in paths:
         candidates += plain_candidates(args.quick)
     print(
@@ -349,9 +382,10 @@ def main() -> int:
         if time.perf_counter() > budget_end:
             print(f"  budget spent: {cfg.describe()} and the rest not tried")
             break
-        if cfg.block_n not in packed_cache:
-            packed_cache[cfg.block_n] = fused_geglu.pack_gate_up(gate, up, cfg.block_n // 2)
-        packed = packed_cache[cfg.block_n]
+        layout = "interleaved" if cfg.path == "gluon" else cfg.block_n  # what the packing needs
+        if layout not in packed_cache:
+            packed_cache[layout] = fused_geglu.pack(cfg, gate, up)
+        packed = packed_cache[layout]
         # Through the custom op, which only changes the host's time, not the GPU's measured here.
         name = f"candidate-{number}"
         fused_geglu.CONFIGS[name] = cfg
@@ -365,6 +399,8 @@ def main() -> int:
             torch.cuda.synchronize()
         except Exception as err:
             print(f"  FAILED   {cfg.describe():<52} {first_line(err)}")
+            if args.tracebacks:  # a compile error's whole text: the first GPU runs of a kernel
+                traceback.print_exc()
             if not cuda_alive():
                 print("  the CUDA context is broken; no more candidates")
                 break
@@ -458,7 +494,7 @@ def main() -> int:
     for path in best:
         name = path  # the key in fused_geglu.CONFIGS: the committed configuration
         committed = fused_geglu.CONFIGS[name]
-        packed = fused_geglu.pack_gate_up(gate, up, committed.block_n // 2)
+        packed = fused_geglu.pack(committed, gate, up)
         kernel_calls[path] = (
             f"fused kernel, {path} as committed",
             lambda packed=packed, committed=committed: fused_geglu.launch(
@@ -477,6 +513,8 @@ def main() -> int:
             fused_names[path]["graph"],
             lambda name=name: cuda_graph(fused_geglu.FusedGeGLUMLP(mlp, name)),
         )
+        if path == "gluon":  # eager only: Inductor traces Triton kernels, not Gluon's
+            continue
         add_forward(
             fused_names[path]["compiled"],
             lambda name=name: torch.compile(fused_geglu.FusedGeGLUMLP(mlp, name), fullgraph=True),

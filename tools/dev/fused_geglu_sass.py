@@ -1,16 +1,19 @@
-"""What fused_geglu.py's Hopper kernels compile to for SM90, on any machine with Triton (no GPU).
+"""What fused_geglu.py's Hopper kernels and gluon_geglu.py's compile to for SM90, on any machine
+with Triton (no GPU).
 
 Per configuration: the shared memory it asks for (a launch fails above the GPU's 227 KB; two
 programs per SM need at most half of 228 KB each), registers per thread, and counts of the
 SASS instructions that show the kernel's shape: the epilogue's special-function ops
 (MUFU.TANH: tanh.approx; MUFU.EX2 + MUFU.RCP: gelu_tanh's exp2 and division), tensor-core
 MMAs (HGMMA), TMA loads and stores (UTMALDG, UTMASTG), stores to shared memory by stmatrix
-(STSM), and register reallocation between warp roles (SETMAXNREG: present only where warp
-specialization split the loop into producer and consumer warps). Static counts in the code,
-not executions. Triton compiles with its own ptxas and reads the cubin with its own cuobjdump.
+(STSM), and register reallocation between warp roles (PTX's setmaxnreg, which SASS spells
+USETMAXREG: present only where warp specialization split the kernel into producer and consumer
+warps). Static counts in the code, not executions. Triton compiles with its own ptxas and reads
+the cubin with its own cuobjdump.
 
     uv run python -m tools.dev.fused_geglu_sass                     (the committed Hopper configs)
     uv run python -m tools.dev.fused_geglu_sass --candidates hopper-epi     (the tuner's list)
+    uv run python -m tools.dev.fused_geglu_sass --candidates gluon          (gluon_geglu.py's)
 """
 
 from __future__ import annotations
@@ -24,19 +27,26 @@ import tempfile
 from pathlib import Path
 
 import fused_geglu
+from common import cli
 from tracereader.commandline import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
 OPS = ("MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "UTMALDG", "UTMASTG", "STSM", "SETMAXNREG")
+# The column's name -> what the SASS says: setmaxnreg.{inc,dec} is USETMAXREG in sm_90's SASS.
+SASS_SPELLING = {"SETMAXNREG": "USETMAXREG"}
 KERNELS = {
     "hopper": fused_geglu.fused_gate_up_geglu_tma_kernel,
     "hopper-epi": fused_geglu.fused_gate_up_geglu_tma_epi_kernel,
+    "gluon": None,  # gluon_geglu.compile_sm90 builds its own signature
 }
 
 
 def compile_sm90(cfg: fused_geglu.Config, dtype: str):
     import triton
+
+    if cfg.path == fused_geglu.GLUON:
+        return fused_geglu.gluon().compile_sm90(cfg, cli.DTYPES[dtype])
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -68,7 +78,9 @@ def sass_counts(cubin: bytes) -> tuple[int | None, dict[str, int]]:
     finally:
         os.unlink(f.name)
     regs = re.search(r"REG:(\d+)", usage)
-    return (int(regs.group(1)) if regs else None), {op: sass.count(op) for op in OPS}
+    return (int(regs.group(1)) if regs else None), {
+        op: sass.count(SASS_SPELLING.get(op, op)) for op in OPS
+    }
 
 
 def load_tuner():
@@ -95,6 +107,8 @@ def main() -> int:
         configs = load_tuner().hopper_candidates(False)
     elif args.candidates == "hopper-epi":
         configs = load_tuner().hopper_epi_candidates(False)
+    elif args.candidates == "gluon":
+        configs = load_tuner().gluon_candidates(False)
     else:
         configs = [c for c in fused_geglu.CONFIGS.values() if c.path in KERNELS]
     import triton

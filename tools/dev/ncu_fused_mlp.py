@@ -4,7 +4,8 @@ Our fused kernel under each named configuration of fused_geglu.CONFIGS and, with
 QuACK's gemm_gated (tuned=False: autotuning would launch dozens of other kernels). Each is
 checked against a float32 reference first (one line each), then launched --calls times; the
 timing is ncu's. Kernel names: fused_gate_up_geglu_tma_kernel (hopper),
-fused_gate_up_geglu_tma_epi_kernel (hopper-epi), QuACK's kernel_cutlass_kernel_quack...
+fused_gate_up_geglu_tma_epi_kernel (hopper-epi), fused_gate_up_geglu_gluon_kernel (gluon),
+QuACK's kernel_cutlass_kernel_quack...
 
     ncu --clock-control none --set full -k regex:'fused_gate_up|quack' -o OUT/post \\
         python3 -m tools.dev.ncu_fused_mlp --configs hopper,hopper-epi --quack      (GPU only)
@@ -68,7 +69,7 @@ def main() -> int:
     calls = {}
     for name in names:
         cfg = fused_geglu.CONFIGS[name]
-        packed = fused_geglu.pack_gate_up(gate, up, cfg.block_n // 2)
+        packed = fused_geglu.pack(cfg, gate, up)
         calls[f"{name}: {cfg.describe()}"] = lambda packed=packed, cfg=cfg: fused_geglu.launch(
             x, packed, args.hidden, cfg
         )

@@ -1,0 +1,372 @@
+"""Gate, up and the GeGLU in one Gluon kernel for Hopper (SM90): what Triton's language cannot say.
+
+fused_geglu.py's Hopper kernel leaves the schedule to the compiler: all 8 warps load, multiply
+and run the epilogue in turn, so the tensor pipe idles while a tile's GeGLU and store run
+(docs/measurements.md: 75% tensor-pipe active against QuACK's 94%). Gluon
+(`triton.experimental.gluon`) is Triton's lower level: layouts, shared memory, mbarriers, TMA
+and wgmma are written out, and `gl.warp_specialize` splits a kernel into partitions of warps with
+their own code and register budgets. This kernel, read top to bottom:
+
+    producer (1 warp, 40 registers)    TMA loads of x and the weight into a ring of STAGES slots
+    consumer 0 (the default partition) wgmma over its tiles; GeGLU; TMA store
+    consumer 1 (CONSUMERS == 2)        the same over the other tiles, in turn with consumer 0
+
+With two consumers each owns whole tiles and they take turns: while one runs its epilogue the
+other's wgmma keep the tensor pipe busy ("pingpong", as QuACK and CUTLASS do). With one consumer
+of 8 warps both warpgroups share a tile ("cooperative"); the producer still loads ahead.
+
+The weight is packed interleaved (pack): row 2j is gate unit j, row 2j + 1 up unit j, so a
+wgmma accumulator holds g and u of one unit in one thread's adjacent registers, for any tile
+width (QuACK's layout; fused_geglu.py's packing depends on its block_n). The GeGLU is
+fused_geglu.py's: gelu_tanh by exp2 and a fast division, or QuACK's tanh.approx (FAST_TANH).
+
+Gluon has no interpreter: the kernel runs on an SM90 GPU, and compiles for sm_90 on any machine
+(compile_sm90: tests/test_gluon_geglu.py, tools/dev/fused_geglu_sass.py --paths gluon).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+try:  # Gluon's Hopper API as Triton 3.6 to 3.9 spell it; older Triton refuses by name
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+except ImportError as err:
+    raise ImportError(
+        f"the gluon kernel needs Triton's Gluon Hopper API (Triton 3.6 or newer); Triton "
+        f"{triton.__version__} lacks it ({err})"
+    ) from None
+try:  # Proton's in-kernel scopes (03_fused_mlp.py --proton); None: Triton built without Proton
+    from triton.profiler import language as pl
+except ImportError:
+    pl = None
+# TMA's copies under their two names: Triton 3.6's, and 3.7's on (3.9 refuses the old ones).
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+PRODUCER_REGS = 40  # per thread: the producer only computes addresses (QuACK gives it 40)
+REGISTERS_PER_SM = 65536
+GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+# --- The epilogue: fused_geglu.py's GeGLU, in Gluon ------------------------------------------
+
+
+@gluon.jit
+def gelu_tanh(g):
+    """0.5 * g * (1 + tanh(z)) = g / (1 + exp(-2z)): one exp2 and one fast division
+    (fused_geglu.gelu_tanh, which says why)."""
+    minus_2z_log2e = g * (-2.0 * 0.7978845608028654 * 1.4426950408889634) * (1.0 + 0.044715 * g * g)
+    return gl.fdiv(g, 1.0 + gl.exp2(minus_2z_log2e))
+
+
+@gluon.jit
+def gelu_tanh_approx(g):
+    """0.5 * (g * tanh(z) + g), tanh by tanh.approx.f32: one special-function op (QuACK's)."""
+    z = g * (0.7978845608028654 + 0.7978845608028654 * 0.044715 * g * g)
+    tanh = gl.inline_asm_elementwise(
+        "tanh.approx.f32 $0, $1;", "=f,f", [z], dtype=gl.float32, is_pure=True, pack=1
+    )
+    return 0.5 * (g * tanh + g)
+
+
+@gluon.jit
+def geglu(acc, FAST_TANH: gl.constexpr):
+    """[BLOCK_M, BLOCK_N] accumulator, gate and up interleaved -> [BLOCK_M, BLOCK_N // 2].
+    Columns 2j and 2j + 1 sit in one thread (wgmma's accumulator holds column pairs), so the
+    reshape and split only relabel registers."""
+    gate, up = gl.split(gl.reshape(acc, [acc.shape[0], acc.shape[1] // 2, 2]))
+    if FAST_TANH:
+        return gelu_tanh_approx(gate) * up
+    else:
+        return gelu_tanh(gate) * up
+
+
+@gluon.jit
+def tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP: gl.constexpr, ALONG_N: gl.constexpr):
+    """Tile number -> (row block, column block), GROUP row blocks at a time, or GROUP column
+    blocks (ALONG_N), as fused_geglu.tile_coordinates_along walks them."""
+    if ALONG_N:
+        major = num_pid_n
+        minor = num_pid_m
+    else:
+        major = num_pid_m
+        minor = num_pid_n
+    per_group = GROUP * minor
+    first = (tile_id // per_group) * GROUP
+    rows = gl.minimum(major - first, GROUP)
+    along = first + (tile_id % per_group) % rows
+    across = (tile_id % per_group) // rows
+    if ALONG_N:
+        return across, along
+    else:
+        return along, across
+
+
+# --- The partitions ---------------------------------------------------------------------------
+
+
+@gluon.constexpr_function
+def accumulator_layout(block_m, block_n, warps):
+    """wgmma's accumulator: 16-row instructions, warpgroups stacked along M while rows last,
+    the widest instruction N that the tile allows (fewer, larger wgmma)."""
+    warps_m = max(1, min(warps, block_m // 16))
+    warps_n = warps // warps_m
+    n = min(256, block_n // warps_n)
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[warps_m, warps_n], instr_shape=[16, n, 16]
+    )
+
+
+@gluon.jit
+def producer(x_desc, w_desc, bufs, bars, sizes, opts):
+    """Every tile of this program in order, every K step: wait for a free slot, load x's rows and
+    the weight's packed rows into it; the slot's `ready` barrier counts the bytes in."""
+    x_bufs, w_bufs, _ = bufs
+    ready, empty, _ = bars
+    M, HIDDEN, K = sizes
+    GROUP_M, ALONG_N, _, PROTON = opts  # compile-time, each
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    STAGES: gl.constexpr = x_bufs.shape[0]
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(HIDDEN, BLOCK_N // 2)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    step = 0  # position in the ring, shared in count with the consumers
+    for tile_id in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP_M, ALONG_N)
+        for k in range(k_tiles):
+            slot = step % STAGES
+            # Barriers start as if phase 1 had completed: the first lap finds every slot free.
+            if PROTON:
+                pl.enter_scope("producer waits for a free slot")
+            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
+            if PROTON:
+                pl.exit_scope("producer waits for a free slot")
+            bar = ready.index(slot)
+            # Bytes of whole boxes: TMA fills the part past M, K or 2 * HIDDEN with zeros.
+            mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+            tma_load(x_desc, [pid_m * BLOCK_M, k * BLOCK_K], bar,
+                                            x_bufs.index(slot))  # fmt: skip
+            tma_load(w_desc, [pid_n * BLOCK_N, k * BLOCK_K], bar,
+                                            w_bufs.index(slot))  # fmt: skip
+            step += 1
+
+
+@gluon.jit
+def consumer(out_desc, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.constexpr,
+             WARPS: gl.constexpr):  # fmt: skip
+    """Tiles WHICH, WHICH + CONSUMERS, ... of this program: wgmma from the ring's slots (one in
+    flight while the next is issued), then the GeGLU, a store to shared memory and a TMA store
+    that runs on while the next tile's wgmma do."""
+    x_bufs, w_bufs, out_bufs = bufs
+    ready, empty, turns = bars
+    M, HIDDEN, K = sizes
+    GROUP_M, ALONG_N, FAST_TANH, PROTON = opts
+    BLOCK_M: gl.constexpr = x_bufs.shape[1]
+    BLOCK_K: gl.constexpr = x_bufs.shape[2]
+    BLOCK_N: gl.constexpr = w_bufs.shape[1]
+    STAGES: gl.constexpr = x_bufs.shape[0]
+    layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, WARPS)
+    out_buf = out_bufs.index(WHICH)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(HIDDEN, BLOCK_N // 2)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    programs = gl.num_programs(0)
+    step = WHICH * k_tiles  # the producer filled the other consumers' earlier tiles first
+    turn = 0
+    for tile_id in range(gl.program_id(0) + WHICH * programs, num_pid_m * num_pid_n,
+                         CONSUMERS * programs):  # fmt: skip
+        pid_m, pid_n = tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP_M, ALONG_N)
+        if CONSUMERS == 2:
+            # Main loops in tile order: a barrier's parity tells apart only two laps of the
+            # ring, so this consumer must not wait on a slot before the other has taken the
+            # slot's previous lap. Consumer 0's first turn is free (the initial phase).
+            mbarrier.wait(turns.index(WHICH), (turn & 1) ^ (1 - WHICH))
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
+        for k in range(k_tiles):
+            slot = step % STAGES
+            if PROTON:
+                pl.enter_scope("consumer waits for data")
+            mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
+            if PROTON:
+                pl.exit_scope("consumer waits for data")
+            # B is the packed weight's [BLOCK_N, BLOCK_K] box, read as K-major through a view.
+            acc = warpgroup_mma(x_bufs.index(slot), w_bufs.index(slot).permute((1, 0)), acc,
+                                is_async=True)  # fmt: skip
+            # One wgmma in flight: the previous one is done, so its slot goes back.
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k > 0)
+            step += 1
+        if CONSUMERS == 2:
+            mbarrier.arrive(turns.index(1 - WHICH))  # the other's main loop may start
+        turn += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES))
+        step += (CONSUMERS - 1) * k_tiles  # the other consumer's tile comes next in the ring
+
+        if PROTON:
+            pl.enter_scope("consumer epilogue")
+        m = geglu(acc, FAST_TANH).to(out_desc.dtype)
+        tma.store_wait(pendings=0)  # the previous tile's store has left out_buf
+        out_buf.store(m)
+        fence_async_shared()  # the generic-proxy writes before TMA (async proxy) reads them
+        tma_store(out_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2)],
+                                        out_buf)  # fmt: skip
+        if PROTON:
+            pl.exit_scope("consumer epilogue")
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
+                       STAGES: gl.constexpr, GROUP_M: gl.constexpr, ALONG_N: gl.constexpr,
+                       FAST_TANH: gl.constexpr, CONSUMERS: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                       PROTON: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T); x_desc [M, K], w_desc [2 * HIDDEN, K]
+    interleaved (pack), out_desc [M, HIDDEN]. A persistent grid: a program per SM."""
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape,
+                                       x_desc.layout)  # fmt: skip
+    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape,
+                                       w_desc.layout)  # fmt: skip
+    out_bufs = gl.allocate_shared_memory(out_desc.dtype, [CONSUMERS] + out_desc.block_type.shape,
+                                         out_desc.layout)  # fmt: skip
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)  # the producer's expect; TMA's bytes complete it
+        mbarrier.init(empty.index(i), count=1)  # one arrive by the consumer that read the slot
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)  # consumer i may start its next main loop
+
+    bufs = (x_bufs, w_bufs, out_bufs)
+    bars = (ready, empty, turns)
+    sizes = (M, HIDDEN, K)
+    opts = (GROUP_M, ALONG_N, FAST_TANH, PROTON)
+    loads = (x_desc, w_desc, bufs, bars, sizes, opts)
+    if CONSUMERS == 2:
+        gl.warp_specialize(
+            [
+                (consumer, (out_desc, bufs, bars, sizes, opts, 0, 2, num_warps)),
+                (consumer, (out_desc, bufs, bars, sizes, opts, 1, 2, num_warps)),
+                (producer, loads),
+            ],
+            [num_warps, 1],
+            [CONSUMER_REGS, PRODUCER_REGS],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (consumer, (out_desc, bufs, bars, sizes, opts, 0, 1, num_warps)),
+                (producer, loads),
+            ],
+            [1],
+            [PRODUCER_REGS],
+        )
+
+
+# --- Configuration, registers and the launch --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a configuration asks of the SM: warps, the launch's register cap and the budgets
+    that setmaxnreg moves registers to (multiples of 8, 24 to 256 per thread)."""
+
+    warps: int  # the whole CTA: consumers, and the producer's warp padded to a warpgroup
+    maxnreg: int  # per thread at launch: the register file shared by every warp
+    consumer_regs: int  # per consumer thread after reallocation
+
+
+def plan(config) -> Plan:
+    """The producer keeps PRODUCER_REGS; the consumers share what the register file has left."""
+    warps = config.consumers * config.warps + 4
+    maxnreg = min(248, REGISTERS_PER_SM // (32 * warps) // 8 * 8)
+    consumer_warpgroups = config.consumers * config.warps // 4
+    spare = maxnreg * (consumer_warpgroups + 1) - PRODUCER_REGS
+    return Plan(warps, maxnreg, min(256, spare // consumer_warpgroups // 8 * 8))
+
+
+def constexprs(config, proton: bool = False) -> dict:
+    """The kernel's compile-time arguments (launch and compile_sm90 pass the same); proton:
+    with Proton's scopes (its own compile, beside the plain one)."""
+    return dict(
+        PROTON=proton,
+        STAGES=config.stages,
+        GROUP_M=config.group_m,
+        ALONG_N=config.along_n,
+        FAST_TANH=config.fast_tanh,
+        CONSUMERS=config.consumers,
+        CONSUMER_REGS=plan(config).consumer_regs,
+        PRODUCER_REGS=PRODUCER_REGS,
+    )
+
+
+def descriptors(x, packed, out, config):
+    """TMA descriptors with Hopper's 128-byte swizzle (NVMMA's default for these boxes)."""
+    dt = GL_DTYPES[x.dtype]
+    boxes = (
+        (x, [config.block_m, config.block_k]),
+        (packed, [config.block_n, config.block_k]),
+        (out, [config.block_m, config.block_n // 2]),
+    )
+    return [
+        TensorDescriptor.from_tensor(t, box, gl.NVMMASharedLayout.get_default_for(box, dt))
+        for t, box in boxes
+    ]
+
+
+def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs: int, proton=False):
+    """m [M, hidden] from x [M, dim] and the interleaved weight [2 * hidden, dim]."""
+    M, K = x.shape
+    out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
+    if M == 0:
+        return out
+    tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
+    how = plan(config)
+    fused_gate_up_geglu_gluon_kernel[(min(tiles, programs),)](
+        *descriptors(x, packed, out, config), M, hidden, K, **constexprs(config, proton),
+        num_warps=config.warps, maxnreg=how.maxnreg,
+    )  # fmt: skip
+    return out
+
+
+def pack(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """[hidden, dim] gate and up -> [2 * hidden, dim]: gate unit j in row 2j, up unit j in row
+    2j + 1. No padding: TMA reads past the end as zeros and the store clips."""
+    return torch.stack([gate, up], dim=1).reshape(-1, gate.shape[1]).contiguous()
+
+
+def compile_sm90(config, dtype: torch.dtype = torch.bfloat16, proton: bool = False):
+    """The kernel compiled for sm_90 on this machine, GPU or not (Triton's own ptxas): what
+    tests and tools/dev/fused_geglu_sass.py read the SASS of."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    # Descriptors of meta tensors: the signature holds only the box, the dtype and the layout.
+    meta = [torch.empty(16, 16, dtype=dtype, device="meta") for _ in range(3)]
+    descs = descriptors(meta[0], meta[1], meta[2], config)
+    names = ("x_desc", "w_desc", "out_desc")
+    signature = {name: mangle_type(d) for name, d in zip(names, descs, strict=True)}
+    signature.update(M="i32", HIDDEN="i32", K="i32")
+    fixed = constexprs(config, proton)
+    fixed["num_warps"] = config.warps
+    signature.update(dict.fromkeys(fixed, "constexpr"))
+    source = GluonASTSource(fused_gate_up_geglu_gluon_kernel, signature, constexprs=fixed)
+    options = {"num_warps": config.warps, "maxnreg": plan(config).maxnreg}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)

@@ -1,0 +1,172 @@
+"""gluon_geglu.py on a CPU: Gluon has no interpreter, so its kernel is compiled for sm_90 here
+(under the installed Triton and, where a copy is present, Triton 3.6, the GPU machines') and its
+SASS read for the shape a warp-specialized Hopper GEMM must have; its registers and shared
+memory worked out; its packing; and the one-line refusals where it cannot run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import fused_geglu
+from tests.helpers import ROOT, load_script, run_script
+
+gluon_geglu = pytest.importorskip("gluon_geglu", reason="this Triton has no Gluon Hopper API")
+# Triton 3.6 (the GPU machines'): `uv pip install --target /tmp/triton36 triton==3.6.0`
+TRITON36 = Path(os.environ.get("TRITON36_PATH", "/tmp/triton36"))
+SMEM_LIMIT = 227 * 1024  # an SM90 CTA's dynamic shared memory
+PINGPONG = fused_geglu.CONFIGS["gluon"]
+COOPERATIVE = fused_geglu.Config(
+    "gluon", 128, 256, 64, stages=4, warps=8, consumers=1, fast_tanh=True
+)
+
+# Compile both shapes in a child process: prints {config: [shared, regs, counts]} as JSON, so
+# that the same code runs under another Triton by PYTHONPATH alone.
+COMPILE = """
+import json, sys
+import fused_geglu, gluon_geglu
+from tools.dev.fused_geglu_sass import sass_counts
+import triton
+configs = {"pingpong": fused_geglu.CONFIGS["gluon"], "cooperative": fused_geglu.Config(
+    "gluon", 128, 256, 64, stages=4, warps=8, consumers=1, fast_tanh=True)}
+result = {"triton": triton.__version__}
+for name, cfg in configs.items():
+    kernel = gluon_geglu.compile_sm90(cfg)
+    regs, counts = sass_counts(kernel.asm["cubin"])
+    result[name] = [kernel.metadata.shared, regs, counts]
+print("RESULT " + json.dumps(result))
+"""
+
+
+def compiled(pythonpath: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-3000:]
+    return json.loads(lines[0].removeprefix("RESULT "))
+
+
+def check_sass(result: dict) -> None:
+    """What makes it the kernel the issue asks for: wgmma (HGMMA), TMA loads and stores,
+    register reallocation between producer and consumers, and the GeGLU's special functions."""
+    for name in ("pingpong", "cooperative"):
+        shared, regs, counts = result[name]
+        assert shared <= SMEM_LIMIT, (name, shared)
+        assert counts["HGMMA"] > 0 and counts["UTMALDG"] >= 2 and counts["UTMASTG"] >= 1, name
+        assert counts["SETMAXNREG"] > 0, name  # warp_specialize's worker_num_regs took effect
+    # exp2 and a fast division (pingpong) against tanh.approx (cooperative: fast_tanh)
+    assert result["pingpong"][2]["MUFU.EX2"] > 0 and result["pingpong"][2]["MUFU.TANH"] == 0
+    assert result["cooperative"][2]["MUFU.TANH"] > 0 and result["cooperative"][2]["MUFU.EX2"] == 0
+    # two consumer warpgroups each issue their own wgmma: twice the HGMMA of one 128 x 128 tile
+    assert result["pingpong"][2]["HGMMA"] == 2 * (128 // 64) * (64 // 16)
+
+
+def test_compiles_for_sm90_under_the_installed_triton():
+    if fused_geglu.INTERPRETING:
+        pytest.skip("TRITON_INTERPRET=1 compiles nothing")
+    check_sass(compiled(str(ROOT)))
+
+
+def test_compiles_for_sm90_under_triton_3_6():
+    if not (TRITON36 / "triton" / "__init__.py").is_file():
+        pytest.skip(f"no Triton 3.6 copy at {TRITON36} (set TRITON36_PATH)")
+    result = compiled(f"{ROOT}{os.pathsep}{TRITON36}")
+    assert result["triton"].startswith("3.6")
+    check_sass(result)
+
+
+def test_register_budgets_fit_the_register_file():
+    """setmaxnreg moves registers between warpgroups: the consumers' and the producer's
+    budgets must add up to what the launch reserves, in multiples of 8 (PTX's rule)."""
+    tuner = load_script("tools.tune_fused_mlp")
+    for cfg in tuner.gluon_candidates(False):
+        plan = gluon_geglu.plan(cfg)
+        warpgroups = plan.warps // 4
+        consumer_groups = cfg.consumers * cfg.warps // 4
+        assert plan.warps * 32 * plan.maxnreg <= gluon_geglu.REGISTERS_PER_SM, cfg
+        spent = consumer_groups * plan.consumer_regs + gluon_geglu.PRODUCER_REGS
+        assert spent <= warpgroups * plan.maxnreg, cfg
+        assert plan.consumer_regs % 8 == 0 and 24 <= plan.consumer_regs <= 256, cfg
+        # the accumulator (fp32, a thread's share of its tile) must fit with room to spare
+        acc = cfg.block_m * cfg.block_n // (cfg.warps * 32)
+        assert acc + 64 <= plan.consumer_regs, cfg
+    assert gluon_geglu.plan(PINGPONG).consumer_regs == 232  # QuACK's split: 2 x 232 + 40
+
+
+def test_every_candidate_fits_shared_memory():
+    tuner = load_script("tools.tune_fused_mlp")
+    for cfg in tuner.gluon_candidates(False):
+        ring = cfg.stages * (cfg.block_m + cfg.block_n) * cfg.block_k * 2
+        stores = cfg.consumers * cfg.block_m * cfg.block_n // 2 * 2
+        assert ring + stores + 1024 <= SMEM_LIMIT, cfg.describe()
+
+
+def test_pack_interleaves_gate_and_up_rows():
+    gate = torch.arange(12.0).view(3, 4)
+    up = -torch.arange(12.0).view(3, 4)
+    packed = gluon_geglu.pack(gate, up)
+    assert packed.shape == (6, 4) and packed.is_contiguous()
+    assert torch.equal(packed[0::2], gate) and torch.equal(packed[1::2], up)
+    assert torch.equal(fused_geglu.pack(PINGPONG, gate, up), packed)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kernel", "gluon"], "--kernel gluon needs an SM90 GPU"),
+        (["--proton"], "--proton needs an SM90 GPU"),
+        (["--kernel", "gluon", "--proton"], "--proton needs an SM90 GPU"),
+        (["--kernel", "hopper", "--proton"], "--proton instruments the gluon kernel only"),
+    ],
+)
+def test_refused_on_a_cpu_in_one_line(argv, message, tmp_path, capsys):
+    assert run_script("03_fused_mlp", *argv, "--traces-dir", str(tmp_path)) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*"))  # no trace, not even the folder
+
+
+def test_gluon_under_torch_compile_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past the CPU refusal
+    with pytest.raises(fused_geglu.cli.UsageError, match="eagerly only"):
+        fused_geglu.refuse_unrunnable("cuda", True, "gluon")
+
+
+def test_sweep_lists_fused_gluon_on_sm90_only(capsys):
+    sweep = load_script("tools.shape_sweep")
+    assert "fused-gluon" in sweep.choose_variants(None, on_gpu=True, major=9)
+    assert "fused-gluon" not in sweep.choose_variants(None, on_gpu=True, major=8)
+    assert "the fused-gluon variant is skipped: SM90 only" in capsys.readouterr().out
+    with pytest.raises(fused_geglu.cli.UsageError, match="fused-gluon variant cannot run"):
+        sweep.choose_variants(["fused-gluon"], on_gpu=True, major=10)
+
+
+def test_tuner_candidates_are_distinct_and_pasteable():
+    tuner = load_script("tools.tune_fused_mlp")
+    for quick in (False, True):
+        candidates = tuner.gluon_candidates(quick)
+        assert len(set(candidates)) == len(candidates) and PINGPONG in candidates
+        for cfg in candidates:
+            assert cfg.path == "gluon" and cfg.consumers in (1, 2)
+            assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+
+
+def test_the_gpu_bench_refuses_a_cpu_in_one_line():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.dev.gluon_bench"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stderr == "error: needs an SM90 GPU (H100, H200)\n"

@@ -1,0 +1,196 @@
+"""gluon_geglu.py's kernel on an SM90 GPU: checked at odd shapes, then timed beside QuACK.
+
+check    every configuration asked for at odd shapes and the shape timed, against the
+         float32 reference (relative error under common/check.py's bf16 tolerance); a
+         compile error is printed whole, with the configuration that raised it;
+kernels  the gate/up + GeGLU kernels that passed, fused_geglu.py's "hopper" as committed,
+         QuACK's gemm_gated (tuned=True and False, where it imports) and cuBLAS gate+up as
+         one GEMM, timed in round-robin passes (do_bench medians, cold L2: the tuner's
+         timing), so that every kernel is timed in the same power state;
+forward  the whole MLP: the fastest gluon configuration, "hopper", QuACK + cuBLAS down,
+         in passes alike. Ratios against QuACK tuned=True: the issue's targets (<= 1.00).
+
+  python -m tools.dev.gluon_bench --m 8192 --dim 768 --hidden 3072
+  python -m tools.dev.gluon_bench --m 8192 --dim 4096 --hidden 14336 --configs quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+import fused_geglu
+import quack_gemm
+from common import check
+from models import GeGLUMLP, geglu_reference
+from tools import tune_fused_mlp as tuner
+
+ODD_SHAPES = ((1, 64, 40), (37, 264, 200), (1000, 776, 3080), (4099, 512, 1032))  # M, dim, hidden
+ROUNDS = 5
+
+
+def reference(x, gate, up):
+    return F.gelu(F.linear(x.float(), gate.float()), approximate="tanh") * F.linear(
+        x.float(), up.float()
+    )
+
+
+def try_config(cfg, x, gate, up, hidden) -> tuple[object | None, str]:
+    """(a call of the kernel under cfg, "") where it compiles and is right, else (None, why)."""
+    packed = fused_geglu.pack(cfg, gate, up)
+
+    def call():
+        return fused_geglu.launch(x, packed, hidden, cfg)
+
+    try:
+        out = call()
+        torch.cuda.synchronize()
+    except Exception as err:
+        print(f"  FAILED {cfg.describe()}: {tuner.first_line(err)}")
+        traceback.print_exc()
+        if not tuner.cuda_alive():
+            raise
+        return None, tuner.first_line(err)
+    err = tuner.rel_err(out, reference(x, gate, up))
+    if not err <= check.TOLERANCE[x.dtype]:
+        print(f"  WRONG  {cfg.describe()}: relative error {err:.2e}")
+        return None, f"relative error {err:.2e}"
+    return call, f"err {err:.1e}"
+
+
+def interleaved(calls: dict) -> dict[str, list[float]]:
+    """Round-robin do_bench medians (us); a call that fails is dropped, said once."""
+    samples = {what: [] for what in calls}
+    for _ in range(ROUNDS):
+        for what in list(calls):
+            try:
+                samples[what].append(tuner.bench_us(calls[what]))
+            except Exception as err:
+                print(f"  FAILED while timing {what}: {tuner.first_line(err)}")
+                del calls[what], samples[what]
+    return samples
+
+
+def report(samples: dict[str, list[float]], against: str | None, flops: float) -> dict:
+    median = {w: sorted(v)[len(v) // 2] for w, v in samples.items() if v}
+    for what, us in sorted(median.items(), key=lambda item: item[1]):
+        ratio = f"x{us / median[against]:.3f} of {against}" if against in median else ""
+        spread = f"{min(samples[what]):.1f}-{max(samples[what]):.1f}"
+        tflops = flops / (us * 1e-6) / 1e12
+        print(f"  {us:8.1f} us  {tflops:4.0f} TFLOP/s  {what:<66} {ratio}  rounds {spread}")
+    return median
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--m", type=int, default=8192)
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--hidden", type=int, default=3072)
+    parser.add_argument(
+        "--configs", choices=["quick", "all"], default="quick", help="the tuner's gluon list"
+    )
+    parser.add_argument("--skip-odd", action="store_true", help="no odd-shape checks")
+    args = parser.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        print("error: needs an SM90 GPU (H100, H200)", file=sys.stderr)
+        return 2
+    import triton
+
+    torch.set_grad_enabled(False)
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    configs = tuner.gluon_candidates(args.configs == "quick")
+    for cfg in configs:
+        plan = fused_geglu.gluon().plan(cfg)
+        print(f"config: {cfg.describe()}  ({plan})")
+
+    failed = 0
+    if not args.skip_odd:
+        print("\ncheck: odd shapes against the float32 reference")
+        for M, dim, hidden in ODD_SHAPES:
+            torch.manual_seed(0)
+            x = torch.randn(M, dim, device=dev, dtype=dtype)
+            gate, up = (torch.randn(hidden, dim, device=dev, dtype=dtype) / dim**0.5 for _ in "gu")
+            for cfg in configs:
+                call, note = try_config(cfg, x, gate, up, hidden)
+                failed += call is None
+                print(f"  {'ok ' if call else 'BAD'} M={M} dim={dim} hidden={hidden} "
+                      f"{cfg.describe()}: {note}")  # fmt: skip
+
+    M, dim, hidden = args.m, args.dim, args.hidden
+    print(f"\nkernels at M={M}, dim={dim}, hidden={hidden} (bf16)")
+    torch.manual_seed(0)
+    mlp = GeGLUMLP(dim, hidden).to(dev, dtype).eval()
+    x = torch.randn(M, dim, device=dev, dtype=dtype)
+    gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
+    calls, best = {}, {}
+    for cfg in configs + [fused_geglu.CONFIGS["hopper"]]:
+        t0 = time.perf_counter()
+        call, note = try_config(cfg, x, gate, up, hidden)
+        failed += call is None and cfg.path == "gluon"
+        if call:
+            calls[f"ours: {cfg.describe()}"] = call
+            print(
+                f"  ready: {cfg.describe()} ({note}, first call {time.perf_counter() - t0:.1f} s)"
+            )
+    concat = torch.cat([gate, up]).contiguous()
+    calls[tuner.ONE] = lambda: F.linear(x, concat)
+    b_quack = quack_gemm.gate_up_weight(gate, up)
+    quacks = quack_gemm.variants(9)
+    if not quacks:
+        print(f"  (QuACK not timed: {quack_gemm.unavailable(9)})")
+    for what, tuned in quacks.items():
+        t0 = time.perf_counter()
+        try:
+            out = quack_gemm.gated(x, b_quack, tuned=tuned)
+            torch.cuda.synchronize()
+        except Exception as err:
+            print(f"  FAILED {what}: {tuner.first_line(err)}")
+            continue
+        err = tuner.rel_err(out, reference(x, gate, up))
+        print(f"  ready: {what} (err {err:.1e}, first call {time.perf_counter() - t0:.1f} s)")
+        calls[what] = lambda tuned=tuned: quack_gemm.gated(x, b_quack, tuned=tuned)
+    target = "QuACK gemm_gated, tuned=True"
+    print(f"  GPU before: {tuner.gpu_state()}")
+    median = report(interleaved(calls), target, 4 * M * dim * hidden)
+    print(f"  GPU after: {tuner.gpu_state()}")
+    gluon_times = {w: us for w, us in median.items() if w.startswith("ours: gluon")}
+    if gluon_times:
+        fastest = min(gluon_times, key=gluon_times.get)
+        best = next(c for c in configs if f"ours: {c.describe()}" == fastest)
+        print(f"  fastest gluon: {best.describe()}")
+        print(f"  paste into CONFIGS: {tuner.as_code(best)}")
+
+    print(f"\nforward at M={M}, dim={dim}, hidden={hidden}: gate/up + GeGLU, then cuBLAS down")
+    x3 = x.view(1, M, dim)
+    forwards = {}
+    if best:
+        fused_geglu.CONFIGS["gluon-best"] = best
+        forwards["fused MLP, gluon (fastest above)"] = fused_geglu.FusedGeGLUMLP(mlp, "gluon-best")
+    forwards["fused MLP, hopper"] = fused_geglu.FusedGeGLUMLP(mlp, "hopper")
+    for what, tuned in quacks.items():
+        forwards[f"QuACK MLP: {what} + cuBLAS down"] = quack_gemm.QuackGeGLUMLP(mlp, tuned=tuned)
+    y_ref = geglu_reference(x3, mlp)
+    fcalls = {}
+    for what, module in forwards.items():
+        try:
+            err = tuner.rel_err(module(x3), y_ref)
+        except Exception as err:
+            print(f"  FAILED {what}: {tuner.first_line(err)}")
+            traceback.print_exc()
+            continue
+        print(f"  ready: {what} (err {err:.1e})")
+        fcalls[what] = lambda module=module: module(x3)
+    report(interleaved(fcalls), f"QuACK MLP: {target} + cuBLAS down", 6 * M * dim * hidden)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
