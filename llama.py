@@ -13,12 +13,14 @@ weights into the library's model (`hf_model`).
                 x = x + down_proj(silu(gate_proj(m)) * up_proj(m)),  m = post_attention_layernorm(x)
     logits = lm_head(norm(x))[:, -1]     only the last position: a generator needs no other
 
-`fuse_projections()` turns q, k and v into one GEMM (qkv_proj) and gate and up into another
-(gate_up_proj): the same weights, read by fewer and larger GEMMs, which at decode's one row per
-sequence is what sets their speed (a small GEMV cannot fill the GPU). `attention="flex"` swaps
-SDPA for FlexAttention (compiled by Inductor): at a decode step's single query it splits the
-cache's positions across the GPU's SMs (flash-decoding) where SDPA's kernels give a whole key/value
-head to one block.
+What a decode step's kernels can be, for 08_generate's flags:
+- `fuse_projections()` turns q, k and v into one GEMM (qkv_proj) and gate and up into another
+  (gate_up_proj): the same weights, read by fewer and larger GEMMs, which at decode's one row
+  per sequence is what sets their speed (a small GEMV cannot keep the GPU's memory busy);
+- `attention="flex"`: FlexAttention (compiled by Inductor) instead of SDPA;
+- `attention="inductor"` and `use_reductions()`: at one query and one row, attention and every
+  Linear written as a multiply and a sum, which Inductor compiles into its own reduction
+  kernels (only compiled: eagerly the product would be materialized in float32).
 """
 
 from __future__ import annotations
@@ -116,7 +118,34 @@ def flex(q, k, v, positions, mask):
     return _compiled_flex()(q, k, v, score_mod=causal, enable_gqa=True)
 
 
-ATTENTION = {"sdpa": sdpa_attention, "flex": flex}
+def reduced_attention(q, k, v, positions, mask):
+    """At one query per sequence (decode): q.k and p.v written as multiplies and sums in
+    float32, for Inductor to compile into small reduction kernels; more queries (prefill) go
+    to SDPA (the product would be [b, heads, s, keys, hd])."""
+    b, heads, s, hd = q.shape
+    if s > 1:
+        return sdpa_attention(q, k, v, positions, mask)
+    kv = k.shape[1]
+    q = q.reshape(b, kv, heads // kv, 1, hd).float()
+    scores = (q * k[:, :, None].float()).sum(-1) * hd**-0.5  # [b, kv, group, keys]
+    p = scores.masked_fill(~mask, -float("inf")).softmax(-1)
+    out = (p[..., None] * v[:, :, None].float()).sum(-2)  # [b, kv, group, hd]
+    return out.reshape(b, heads, 1, hd).to(v.dtype)
+
+
+ATTENTION = {"sdpa": sdpa_attention, "flex": flex, "inductor": reduced_attention}
+
+
+class ReducingLinear(nn.Linear):
+    """A Linear that, at one row (a decode step at batch 1), computes y = (x * W).sum(-1):
+    compiled, one Inductor reduction kernel that reads W once, where cuBLAS's GEMV kernels
+    leave the GPU's memory system partly idle at some shapes (a k/v projection: 1.2 TB/s on an
+    H200). At more rows it is the GEMM it was."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() != x.shape[-1]:
+            return super().forward(x)
+        return (x[..., None, :].float() * self.weight.float()).sum(-1).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -183,6 +212,7 @@ def _joined(*linears: nn.Linear) -> nn.Linear:
     weight = torch.cat([m.weight for m in linears])
     joined = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device)
     joined.weight = nn.Parameter(weight, requires_grad=False)
+    joined.__class__ = type(linears[0])  # a ReducingLinear stays one
     return joined
 
 
@@ -200,12 +230,19 @@ class Llama(nn.Module):
         the step at the next position); returns the last position's logits [batch, vocab]."""
         x = self.model.embed_tokens(tokens)
         # [seq, keys]: which cached keys each position sees (FlexAttention computes its own)
-        mask = cache.mask(positions) if self.attend is sdpa_attention else None
+        mask = None if self.attend is flex else cache.mask(positions)
         for i, layer in enumerate(self.model.layers):
             h = layer.input_layernorm(x)
             x = x + layer.self_attn(h, positions, self.rope, cache, i, mask, self.attend)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.lm_head(self.model.norm(x[:, -1]))
+
+    def use_reductions(self) -> Llama:
+        """Every Linear a ReducingLinear (the same weights): GEMVs as Inductor reductions."""
+        for module in self.modules():
+            if type(module) is nn.Linear:
+                module.__class__ = ReducingLinear
+        return self
 
     def fuse_projections(self) -> Llama:
         """q, k, v -> qkv_proj and gate, up -> gate_up_proj, in place: the same weights (the

@@ -125,8 +125,30 @@ def test_fusing_the_projections_keeps_the_models_logits():
         torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
 
 
+def test_reductions_compute_what_the_library_kernels_compute():
+    """--gemv inductor's Linear at one row and --attention inductor at one query equal cuBLAS's
+    and SDPA's results (float32, eagerly: the arithmetic Inductor compiles), masked keys
+    included; at more rows and queries they are the library calls themselves."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48, bias=False)
+    linear.__class__ = llama.ReducingLinear
+    one, many = torch.randn(1, 1, 64), torch.randn(2, 3, 64)
+    torch.testing.assert_close(linear(one), one @ linear.weight.t())
+    torch.testing.assert_close(linear(many), many @ linear.weight.t())
+    q, k, v = torch.randn(2, 8, 1, 16), torch.randn(2, 2, 40, 16), torch.randn(2, 2, 40, 16)
+    positions = torch.tensor([29])
+    mask = torch.arange(40) <= positions[:, None]  # keys 30..39 not yet written
+    k[:, :, 30:] = v[:, :, 30:] = 1e4  # would dominate if they were read
+    got = llama.reduced_attention(q, k, v, positions, mask)
+    torch.testing.assert_close(got, llama.sdpa_attention(q, k, v, positions, mask))
+    assert got.abs().max() < 10
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kernels", [[], ["--fuse", "--attention", "flex"]])
+@pytest.mark.parametrize(
+    "kernels",
+    [[], ["--fuse", "--attention", "flex"], ["--attention", "inductor", "--gemv", "inductor"]],
+)
 def test_the_compiled_steps_give_the_same_tokens(kernels, tmp_path, capsys, monkeypatch):
     # one layer: Inductor's C++ compile of the steps is most of this test's time
     monkeypatch.setitem(llama.PRESETS, "tiny", llama.Config(256, 64, 1, 4, 2, 192, context=256))
@@ -298,6 +320,8 @@ def test_a_graph_replayed_decode_is_gpu_bound_and_told_to_batch(tmp_path):
         (["--compile", "--cache", "dynamic"], "need --cache static"),
         (["--impl", "hf", "--compile"], "--impl hf runs transformers' generate as it comes"),
         (["--impl", "hf", "--fuse"], "--impl hf runs transformers' generate as it comes"),
+        (["--gemv", "inductor"], "need --compile"),
+        (["--attention", "inductor"], "need --compile"),
         (["--attention", "paged"], "invalid choice"),
         (["--sweep-batch", "1,x"], "not a list of positive batches"),
     ],

@@ -185,6 +185,10 @@ def test_inductor_names_decode_into_their_fused_ops():
         "pointwise: _unsafe_view + gelu + mul"
     )
     assert classify("triton_tem_fused_mm_t_view_0").facts["fused_ops"] == ["mm", "t", "view"]
+    # FlexAttention's template is attention (H200, torch 2.11); its combining reduction is not
+    flex = "triton_tem_fused__to_copy__unsafe_view_add_cat_flex_attention_index_mul_neg_0"
+    assert classify(flex).cls == "attention"
+    assert classify(flex.replace("_tem_", "_per_")).cls == "inductor"
 
 
 def test_compare_eager_and_compiled_mlp():

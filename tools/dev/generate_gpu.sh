@@ -6,17 +6,19 @@
 # 13 minutes: two calls where one is limited to 10). Times on an H200 (each run: torch start-up
 # ~10 s, the 8B model in float32 and its reference generation ~10 s, warm-up generations, the
 # profiled steps, --bench's generations):
-#   eager ~45 s, graphs ~40 s, fused ~40 s (eager, --cuda-graphs --fuse --attention flex)
-#   compile ~110 s, compile-graphs ~150 s, best ~160 s (Inductor compiles prefill and decode)
+#   eager ~45 s, graphs ~40 s
+#   compile ~110 s, compile-graphs ~130 s, fused ~130 s (--compile --cuda-graphs --fuse),
+#   flex ~140 s (and --attention flex), best ~200 s (--fuse --attention inductor --gemv
+#   inductor: Inductor compiles prefill and decode, and times its kernels' tile shapes)
 #   hf ~120 s (transformers' generate, compiled into CUDA graphs by it), sweep ~100 s
 # OUT gets at most 4 files: versions.txt, summary.txt (each run's checks and readings),
 # logs.tar.gz (every log) and traces.tar.gz (the gzipped traces, a prefill and 3 decode steps
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|best|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|best|hf|sweep ...]}
 shift
-parts=${*:-eager compile graphs compile-graphs fused best hf sweep}
+parts=${*:-eager compile graphs compile-graphs fused flex best hf sweep}
 py=${PYTHON:-uv run python}
 work=$(mktemp -d)
 mkdir -p "$out" "$work/logs"
@@ -50,11 +52,13 @@ for part in $parts; do
         compile) run compile $shape --compile --bench ;;
         graphs) run graphs $shape --cuda-graphs --bench ;;
         compile-graphs) run compile-graphs $shape --compile --cuda-graphs --bench ;;
-        fused) run fused $shape --cuda-graphs --fuse --attention flex --bench ;;
-        best) run best $shape --compile --cuda-graphs --fuse --attention flex --bench ;;
+        fused) run fused $shape --compile --cuda-graphs --fuse --bench ;;
+        flex) run flex $shape --compile --cuda-graphs --fuse --attention flex --bench ;;
+        best) run best $shape --compile --cuda-graphs --fuse --attention inductor --gemv \
+            inductor --bench ;;
         hf) run hf $shape --impl hf --bench ;;
         sweep) run sweep --preset 8b --dtype bf16 --prompt 512 --new-tokens 128 --cuda-graphs \
-            --compile --fuse --attention flex --sweep-batch 1,2,4,8,16,32,64 ;;
+            --sweep-batch 1,2,4,8,16,32,64 ;;
         *) echo "unknown part: $part" >&2; failed=1 ;;
     esac
 done

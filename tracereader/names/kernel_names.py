@@ -453,6 +453,11 @@ def _inductor(name: str) -> KernelClass:
         return KernelClass("inductor", "Inductor Triton kernel")
     kind, ops = found.group(1), decode_fused_ops(found.group(3))
     facts = {"kind": _INDUCTOR_KINDS[kind], "fused_ops": ops}
+    if kind == "tem" and ("flex_attention" in ops or "flex_decoding" in ops):
+        # FlexAttention's kernel is an Inductor template; the reductions that combine its
+        # split results (triton_per_..._flex_attention_...) stay Inductor's
+        family = "FlexAttention (Inductor template)"
+        return KernelClass("attention", family, {"family": family, **facts})
     return KernelClass("inductor", f"{facts['kind']}: {' + '.join(ops)}", facts)
 
 
