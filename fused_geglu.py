@@ -558,7 +558,7 @@ def pack_gate_up(gate: torch.Tensor, up: torch.Tensor, half: int) -> torch.Tenso
 
 
 def pack(config: Config, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """The packed weight a configuration reads: gluon's interleaved rows, else pack_gate_up's
+    """The packed weight a configuration reads: gluon's blocks of 8 units, else pack_gate_up's
     blocks of block_n // 2."""
     if config.path == GLUON:
         return gluon().pack(gate, up)

@@ -15,9 +15,10 @@ With two consumers each owns whole tiles and they take turns: while one runs its
 other's wgmma keep the tensor pipe busy ("pingpong", as QuACK and CUTLASS do). With one consumer
 of 8 warps both warpgroups share a tile ("cooperative"); the producer still loads ahead.
 
-The weight is packed interleaved (pack): row 2j is gate unit j, row 2j + 1 up unit j, so a
-wgmma accumulator holds g and u of one unit in one thread's adjacent registers, for any tile
-width (QuACK's layout; fused_geglu.py's packing depends on its block_n). The GeGLU is
+The weight is packed in blocks of 8 units (pack): 8 gate rows, then the same units' 8 up rows,
+so a wgmma accumulator holds gate and up of the same two adjacent units in one thread, for any
+tile width (fused_geglu.py's packing depends on its block_n), and the GeGLU's product leaves in
+the accumulator layout of a half-wide tile, which stmatrix stores (geglu). The GeGLU is
 fused_geglu.py's: gelu_tanh by exp2 and a fast division, or QuACK's tanh.approx (FAST_TANH).
 
 Gluon has no interpreter: the kernel runs on an SM90 GPU, and compiles for sm_90 on any machine
@@ -29,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 import triton
 
 try:  # Gluon's Hopper API as Triton 3.6 to 3.9 spell it; older Triton refuses by name
@@ -55,6 +57,7 @@ except ImportError:
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
+UNITS = gl.constexpr(8)  # hidden units per block of the packed weight (pack): wgmma's 8 columns
 PRODUCER_REGS = 40  # per thread: the producer only computes addresses (QuACK gives it 40)
 REGISTERS_PER_SM = 65536
 GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
@@ -83,10 +86,19 @@ def gelu_tanh_approx(g):
 
 @gluon.jit
 def geglu(acc, FAST_TANH: gl.constexpr):
-    """[BLOCK_M, BLOCK_N] accumulator, gate and up interleaved -> [BLOCK_M, BLOCK_N // 2].
-    Columns 2j and 2j + 1 sit in one thread (wgmma's accumulator holds column pairs), so the
-    reshape and split only relabel registers."""
-    gate, up = gl.split(gl.reshape(acc, [acc.shape[0], acc.shape[1] // 2, 2]))
+    """[BLOCK_M, BLOCK_N] accumulator, packed in blocks of UNITS gate and UNITS up columns ->
+    [BLOCK_M, BLOCK_N // 2]. wgmma's accumulator gives a thread columns 2t, 2t + 1 (t: its lane
+    mod 4) of every 8, so a thread holds gate and up of the same two adjacent units: the
+    reshapes, the permute and the split only relabel registers, and the product comes out in
+    the layout of a BLOCK_N // 2 wide accumulator, pairs of adjacent columns per thread: what
+    stmatrix stores (one unit per pair, as rows 2j and 2j + 1 packed it, left each thread
+    single columns and the store to 16-bit scalar STS)."""
+    BLOCK_M: gl.constexpr = acc.shape[0]
+    BLOCK_N: gl.constexpr = acc.shape[1]
+    blocks = gl.reshape(acc, [BLOCK_M, BLOCK_N // (2 * UNITS), 2, UNITS])
+    gate, up = gl.split(gl.permute(blocks, (0, 1, 3, 2)))
+    gate = gl.reshape(gate, [BLOCK_M, BLOCK_N // 2])
+    up = gl.reshape(up, [BLOCK_M, BLOCK_N // 2])
     if FAST_TANH:
         return gelu_tanh_approx(gate) * up
     else:
@@ -236,8 +248,9 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
                        FAST_TANH: gl.constexpr, CONSUMERS: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                        PROTON: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T); x_desc [M, K], w_desc [2 * HIDDEN, K]
-    interleaved (pack), out_desc [M, HIDDEN]. A persistent grid: a program per SM."""
+    """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T); x_desc [M, K], w_desc [2 * padded
+    HIDDEN, K] in blocks of UNITS (pack), out_desc [M, HIDDEN]. A persistent grid: a program
+    per SM."""
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape,
                                        x_desc.layout)  # fmt: skip
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape,
@@ -331,7 +344,7 @@ def descriptors(x, packed, out, config):
 
 
 def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs: int, proton=False):
-    """m [M, hidden] from x [M, dim] and the interleaved weight [2 * hidden, dim]."""
+    """m [M, hidden] from x [M, dim] and the packed weight [2 * padded hidden, dim] (pack)."""
     M, K = x.shape
     out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
     if M == 0:
@@ -346,9 +359,15 @@ def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs:
 
 
 def pack(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """[hidden, dim] gate and up -> [2 * hidden, dim]: gate unit j in row 2j, up unit j in row
-    2j + 1. No padding: TMA reads past the end as zeros and the store clips."""
-    return torch.stack([gate, up], dim=1).reshape(-1, gate.shape[1]).contiguous()
+    """[hidden, dim] gate and up -> [2 * padded, dim]: UNITS gate rows, then the same units'
+    UNITS up rows, and again (geglu says why 8). Zero rows pad hidden to a multiple of UNITS;
+    their columns are past `hidden` and the TMA store clips them; TMA reads past the end as
+    zeros, so any tile width works."""
+    hidden, dim = gate.shape
+    units = UNITS.value
+    rows = (0, 0, 0, triton.cdiv(hidden, units) * units - hidden)
+    blocks = [F.pad(w, rows).view(-1, units, dim) for w in (gate, up)]
+    return torch.stack(blocks, dim=1).reshape(-1, dim).contiguous()
 
 
 def compile_sm90(config, dtype: torch.dtype = torch.bfloat16, proton: bool = False):

@@ -63,6 +63,7 @@ def check_sass(result: dict) -> None:
         assert shared <= SMEM_LIMIT, (name, shared)
         assert counts["HGMMA"] > 0 and counts["UTMALDG"] >= 2 and counts["UTMASTG"] >= 1, name
         assert counts["SETMAXNREG"] > 0, name  # warp_specialize's worker_num_regs took effect
+        assert counts["STSM"] > 0, name  # the product stored by stmatrix (pack's blocks of 8)
     # exp2 and a fast division (pingpong) against tanh.approx (cooperative: fast_tanh)
     assert result["pingpong"][2]["MUFU.EX2"] > 0 and result["pingpong"][2]["MUFU.TANH"] == 0
     assert result["cooperative"][2]["MUFU.TANH"] > 0 and result["cooperative"][2]["MUFU.EX2"] == 0
@@ -110,13 +111,36 @@ def test_every_candidate_fits_shared_memory():
         assert ring + stores + 1024 <= SMEM_LIMIT, cfg.describe()
 
 
-def test_pack_interleaves_gate_and_up_rows():
-    gate = torch.arange(12.0).view(3, 4)
-    up = -torch.arange(12.0).view(3, 4)
+def test_pack_puts_gate_and_up_in_blocks_of_8_units_padded_with_zeros():
+    gate = torch.arange(60.0).view(12, 5)
+    up = -torch.arange(60.0).view(12, 5) - 1
     packed = gluon_geglu.pack(gate, up)
-    assert packed.shape == (6, 4) and packed.is_contiguous()
-    assert torch.equal(packed[0::2], gate) and torch.equal(packed[1::2], up)
+    assert packed.shape == (32, 5) and packed.is_contiguous()  # 12 units padded to 16
+    assert torch.equal(packed[0:8], gate[0:8]) and torch.equal(packed[8:16], up[0:8])
+    assert torch.equal(packed[16:20], gate[8:12]) and torch.equal(packed[24:28], up[8:12])
+    assert not packed[20:24].any() and not packed[28:32].any()
     assert torch.equal(fused_geglu.pack(PINGPONG, gate, up), packed)
+
+
+@pytest.mark.parametrize("block_n", [64, 128, 256])
+def test_geglu_relabelling_pairs_each_unit_with_its_own_up_column(block_n):
+    """The kernel's geglu in torch: the packed weight's product, reshaped [M, N / 16, 2, 8],
+    permuted and split, must give every output column its own unit's gate and up."""
+    torch.manual_seed(0)
+    hidden, dim, m = 300, 24, 5
+    x = torch.randn(m, dim, dtype=torch.float64)
+    gate, up = (torch.randn(hidden, dim, dtype=torch.float64) for _ in "gu")
+    packed = gluon_geglu.pack(gate, up)
+    units = gluon_geglu.UNITS.value
+    for n0 in range(0, packed.shape[0], block_n):  # one tile's columns, zero rows past the end
+        acc = x @ torch.nn.functional.pad(packed[n0 : n0 + block_n], (0, 0, 0, block_n)).T
+        acc = acc[:, :block_n]
+        blocks = acc.reshape(m, block_n // (2 * units), 2, units).permute(0, 1, 3, 2)
+        g, u = blocks[..., 0].reshape(m, block_n // 2), blocks[..., 1].reshape(m, block_n // 2)
+        cols = slice(n0 // 2, min(n0 // 2 + block_n // 2, hidden))
+        width = cols.stop - cols.start
+        torch.testing.assert_close(g[:, :width], x @ gate[cols].T)
+        torch.testing.assert_close(u[:, :width], x @ up[cols].T)
 
 
 @pytest.mark.parametrize(

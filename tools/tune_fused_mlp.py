@@ -382,7 +382,7 @@ def main() -> int:
         if time.perf_counter() > budget_end:
             print(f"  budget spent: {cfg.describe()} and the rest not tried")
             break
-        layout = "interleaved" if cfg.path == "gluon" else cfg.block_n  # what the packing needs
+        layout = "gluon" if cfg.path == "gluon" else cfg.block_n  # what the packing needs
         if layout not in packed_cache:
             packed_cache[layout] = fused_geglu.pack(cfg, gate, up)
         packed = packed_cache[layout]
