@@ -28,6 +28,7 @@ Gluon has no interpreter: the kernel runs on an SM90 GPU, and compiles for sm_90
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import torch.nn.functional as F
@@ -305,6 +306,7 @@ class Plan:
     consumer_regs: int  # per consumer thread after reallocation
 
 
+@cache  # per configuration: launch's share of the host's dispatch stays small
 def plan(config) -> Plan:
     """The producer keeps PRODUCER_REGS; the consumers share what the register file has left."""
     warps = config.consumers * config.warps + 4
@@ -317,6 +319,11 @@ def plan(config) -> Plan:
 def constexprs(config, proton: bool = False) -> dict:
     """The kernel's compile-time arguments (launch and compile_sm90 pass the same); proton:
     with Proton's scopes (its own compile, beside the plain one)."""
+    return dict(_constexprs(config, proton))
+
+
+@cache
+def _constexprs(config, proton: bool) -> dict:
     return dict(
         PROTON=proton,
         STAGES=config.stages,
@@ -329,17 +336,21 @@ def constexprs(config, proton: bool = False) -> dict:
     )
 
 
+@cache
+def smem_layout(box: tuple[int, int], dtype: torch.dtype):
+    """Hopper's 128-byte swizzle (NVMMA's default for these boxes), built once per box."""
+    return gl.NVMMASharedLayout.get_default_for(list(box), GL_DTYPES[dtype])
+
+
 def descriptors(x, packed, out, config):
-    """TMA descriptors with Hopper's 128-byte swizzle (NVMMA's default for these boxes)."""
-    dt = GL_DTYPES[x.dtype]
+    """TMA descriptors of x's, the weight's and the output's boxes."""
     boxes = (
-        (x, [config.block_m, config.block_k]),
-        (packed, [config.block_n, config.block_k]),
-        (out, [config.block_m, config.block_n // 2]),
+        (x, (config.block_m, config.block_k)),
+        (packed, (config.block_n, config.block_k)),
+        (out, (config.block_m, config.block_n // 2)),
     )
     return [
-        TensorDescriptor.from_tensor(t, box, gl.NVMMASharedLayout.get_default_for(box, dt))
-        for t, box in boxes
+        TensorDescriptor.from_tensor(t, list(box), smem_layout(box, x.dtype)) for t, box in boxes
     ]
 
 

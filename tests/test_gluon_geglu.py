@@ -182,6 +182,9 @@ def test_tuner_candidates_are_distinct_and_pasteable():
         for cfg in candidates:
             assert cfg.path == "gluon" and cfg.consumers in (1, 2)
             assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+    # the GPU script's list: every quick candidate is one of the full tuner's, at most 8 of them
+    quick = tuner.gluon_candidates(True)
+    assert set(quick) <= set(tuner.gluon_candidates(False)) and len(quick) <= 8
 
 
 def test_the_gpu_bench_refuses_a_cpu_in_one_line():

@@ -121,8 +121,17 @@ def gluon_candidates(quick: bool) -> list[Config]:
     base = fused_geglu.CONFIGS["gluon"]  # pingpong 128 x 128 x 64, 6 stages of 32 KB
     coop = Config("gluon", 128, 256, 64, stages=4, warps=8, consumers=1)  # 4 x 48 + 32 KB
     wide = Config("gluon", 64, 256, 64, stages=4, warps=4, consumers=2)  # 4 x 40 + 2 x 16 KB
-    if quick:
-        return [base, replace(base, fast_tanh=True), coop, wide]
+    if quick:  # tools/dev/gluon_gpu.sh's list: at most 8, so both shapes fit its time
+        return [
+            base,
+            replace(base, fast_tanh=True),
+            replace(base, block_k=128, stages=3),  # half the barrier waits a tile (K = 768: 6)
+            wide,
+            replace(wide, fast_tanh=True),
+            coop,
+            replace(coop, fast_tanh=True),  # its epilogue is not overlapped: make it cheaper
+            replace(coop, along_n=True),  # QuACK's raster: the Llama shape's DRAM traffic
+        ]
     return [
         base,
         replace(base, fast_tanh=True),
