@@ -6,11 +6,16 @@ check    every configuration asked for at odd shapes and the shape timed, agains
 kernels  the gate/up + GeGLU kernels that passed, fused_geglu.py's "hopper" as committed,
          QuACK's gemm_gated (tuned=True and False, where it imports) and cuBLAS gate+up as
          one GEMM, timed in round-robin passes (do_bench medians, cold L2: the tuner's
-         timing), so that every kernel is timed in the same power state;
+         timing), so that every kernel is timed in the same power state; with --graphs the
+         same passes again with each call replayed from a CUDA graph, and each call's host
+         dispatch: do_bench's events include any time the GPU waits for the host's launch,
+         and where a launch costs the host more than the GPU's L2 flush before it (gluon's
+         on the H200 of run 1: 274.8 us of host dispatch per forward for 166 us of GPU work),
+         eager timings read the host, not the kernel;
 forward  the whole MLP: the fastest gluon configuration, "hopper", QuACK + cuBLAS down,
          in passes alike. Ratios against QuACK tuned=True: the issue's targets (<= 1.00).
 
-  python -m tools.dev.gluon_bench --m 8192 --dim 768 --hidden 3072
+  python -m tools.dev.gluon_bench --m 8192 --dim 768 --hidden 3072 --graphs
   python -m tools.dev.gluon_bench --m 8192 --dim 4096 --hidden 14336 --configs quick
 """
 
@@ -76,6 +81,34 @@ def interleaved(calls: dict) -> dict[str, list[float]]:
     return samples
 
 
+def graphed(fn):
+    """fn captured once in a CUDA graph (after a warm call on a side stream, as torch's
+    docs do it): its replay costs the host a few us, so do_bench's events time the GPU work
+    alone. The output buffers are the graph's own; the replay reruns the same kernels."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def graph_calls(calls: dict) -> dict:
+    """{what: the graph's replay} for every call that captures; one that does not is said."""
+    replays = {}
+    for what, fn in calls.items():
+        try:
+            replays[what] = graphed(fn)
+        except Exception as err:
+            print(f"  (not captured: {what}: {tuner.first_line(err)})")
+            torch.cuda.synchronize()
+    return replays
+
+
 def report(samples: dict[str, list[float]], against: str | None, flops: float) -> dict:
     median = {w: sorted(v)[len(v) // 2] for w, v in samples.items() if v}
     for what, us in sorted(median.items(), key=lambda item: item[1]):
@@ -97,6 +130,12 @@ def main() -> int:
         "--configs", choices=["quick", "all"], default="quick", help="the tuner's gluon list"
     )
     parser.add_argument("--skip-odd", action="store_true", help="no odd-shape checks")
+    parser.add_argument(
+        "--graphs",
+        action="store_true",
+        help="also time every call replayed from a CUDA graph (GPU time alone) and its host "
+        "dispatch",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         print("error: needs an SM90 GPU (H100, H200)", file=sys.stderr)
@@ -159,8 +198,16 @@ def main() -> int:
         calls[what] = lambda tuned=tuned: quack_gemm.gated(x, b_quack, tuned=tuned)
     target = "QuACK gemm_gated, tuned=True"
     print(f"  GPU before: {tuner.gpu_state()}")
+    print("  eager calls (do_bench: each call launched after an L2 flush)")
     median = report(interleaved(calls), target, 4 * M * dim * hidden)
     print(f"  GPU after: {tuner.gpu_state()}")
+    if args.graphs:
+        print("  the same, each call replayed from a CUDA graph (GPU time alone)")
+        median = report(interleaved(graph_calls(calls)), target, 4 * M * dim * hidden)
+        print(f"  GPU after: {tuner.gpu_state()}")
+        print("  host dispatch per eager call (calls issued back to back, no GPU wait)")
+        for what, fn in calls.items():
+            print(f"  {tuner.host_us(fn):8.1f} us  {what}")
     gluon_times = {w: us for w, us in median.items() if w.startswith("ours: gluon")}
     if gluon_times:
         fastest = min(gluon_times, key=gluon_times.get)
@@ -188,7 +235,11 @@ def main() -> int:
             continue
         print(f"  ready: {what} (err {err:.1e})")
         fcalls[what] = lambda module=module: module(x3)
-    report(interleaved(fcalls), f"QuACK MLP: {target} + cuBLAS down", 6 * M * dim * hidden)
+    against = f"QuACK MLP: {target} + cuBLAS down"
+    report(interleaved(fcalls), against, 6 * M * dim * hidden)
+    if args.graphs:
+        print("  the same, each forward replayed from a CUDA graph (GPU time alone)")
+        report(interleaved(graph_calls(fcalls)), against, 6 * M * dim * hidden)
     return 1 if failed else 0
 
 

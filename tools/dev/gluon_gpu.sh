@@ -5,7 +5,8 @@
 # (tools/dev/gluon_bench.py: round-robin passes), the lesson with --kernel gluon --bench, one
 # Proton run, the sweep's fused-gluon variant, and Nsight Compute's figures where ncu exists.
 # QuACK comes from the carried wheel set under SITE where it is there (tools/carry_wheels.py
-# install), else it is left out. Every log goes into OUT_DIR/gluon_gpu.tar.gz; a failing step
+# install .gpu/wheels/part2: quack-kernels 0.6.4 on nvidia-cutlass-dsl 4.6.2), else it is left
+# out, said in one line. Every log goes into OUT_DIR/gluon_gpu.tar.gz; a failing step
 # is reported and the next one runs; the limits add up to under 9 minutes.
 #   PYTHONPATH=$PWD bash tools/dev/gluon_gpu.sh OUT_DIR            (PYTHON, SITE: see below)
 set -u
@@ -57,14 +58,16 @@ nvidia-smi > "$work/nvidia-smi.log" 2>&1
 
 post="--m 8192 --dim 768 --hidden 3072"
 llama="--m 8192 --dim 4096 --hidden 14336"
-step sass 45 $py -m tools.dev.fused_geglu_sass --candidates gluon
-step bench_post 120 $py -m tools.dev.gluon_bench $post
+step sass 40 $py -m tools.dev.fused_geglu_sass --candidates gluon
+# --graphs: eager do_bench beside CUDA-graph replays and each call's host dispatch (run 1's
+# eager gluon timings carried its launch: 274.8 us of host dispatch per forward on the H200)
+step bench_post 150 $py -m tools.dev.gluon_bench $post --graphs
 step bench_llama 120 $py -m tools.dev.gluon_bench $llama --skip-odd
 step lesson_gluon 60 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 \
     --kernel gluon --bench --traces-dir "$traces"
 step proton 45 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --proton \
     --active 1 --traces-dir "$traces/proton"
-step sweep 45 $py -m tools.shape_sweep --shapes 8x128,64x128 --variants fused,fused-gluon \
+step sweep 40 $py -m tools.shape_sweep --shapes 8x128,64x128 --variants fused,fused-gluon \
     --hidden-change 0 --traces-dir "$traces"
 if command -v ncu > /dev/null; then
     # Two launches each after its check; the figures the issue asks for: issue efficiency
@@ -90,8 +93,9 @@ echo "archive: $out/gluon_gpu.tar.gz ($(du -h "$out/gluon_gpu.tar.gz" | cut -f1)
 for log in "$work"/*.log; do
     echo "--- $(basename "$log" .log)"
     sed -n -e '/^\(error\|Traceback\)/,+6{p;d}' -e '/FAILED\|WRONG\|BAD/{p;d}' \
-        -e '/ us  .*TFLOP/{p;d}' -e '/fastest gluon\|paste into/{p;d}' -e '/^gluon /{p;d}' \
-        -e '/QuACK\|proton\|reading/{p;d}' "$log" | cut -c1-200 | head -60
+        -e '/^ *[0-9.]* us  /{p;d}' -e '/replayed\|eager calls\|host dispatch/{p;d}' \
+        -e '/fastest gluon\|paste into/{p;d}' -e '/^gluon /{p;d}' \
+        -e '/QuACK\|proton\|reading/{p;d}' "$log" | cut -c1-200 | head -90
 done
 [ ${#failed[@]} -eq 0 ] && echo "all steps ran" || echo "failed steps: ${failed[*]}"
 rm -rf "$work"
