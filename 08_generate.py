@@ -21,13 +21,12 @@ replayed once per prompt and once per token (our call: graphs we capture ourselv
 mode="reduce-overhead", so the same steps run both ways and the trace shows exactly one launch).
 What then remains is the kernels themselves, and three flags change those: `--fuse` reads q, k,
 v with one GEMM and gate, up with another (the same weights: at one row per sequence a small
-GEMM cannot keep the memory busy, a larger one can); `--attention flex|inductor` runs attention
-through FlexAttention, or (at decode's one query) as multiplies and sums that Inductor compiles
-into its own small kernels; `--gemv inductor` does the same for every Linear at one row, so
-Inductor generates and tunes (coordinate descent) a reduction kernel per weight instead of
-calling cuBLAS's GEMV. The inductor choices need --compile. `--impl hf` runs the same weights
-through transformers' LlamaForCausalLM and its `generate` with a static cache (compiled by
-transformers itself on a GPU, into CUDA graphs).
+GEMM cannot keep the memory busy, a larger one can); `--attention split` runs decode's attention
+through decode_attention.py's Triton kernels, which split the cache across the SMs and read only
+the positions written (SDPA's kernels give each key/value head to one block: 8 blocks at batch
+1); `--attention flex` through FlexAttention. `--impl hf` runs the same weights through
+transformers' LlamaForCausalLM and its `generate` with a static cache (compiled by transformers
+itself on a GPU, into CUDA graphs).
 
 Guess first. Per recorded step, with L layers, batch B and a prompt of P tokens:
   prefill  7L + 1 GEMMs (4L + 1 with --fuse): the layers' with M = B x P rows, the head's with
@@ -53,7 +52,7 @@ there (its token and ours within the dtype's tolerance): rounding, not a bug.
     uv run 08_generate.py --fuse --attention flex --compile
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --cuda-graphs --bench
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
-        --fuse --attention inductor --gemv inductor --bench     (the fastest this lesson goes)
+        --fuse --attention split --bench                 (the fastest this lesson goes)
         (a GPU: tools/dev/generate_gpu.sh runs eager, compile, CUDA graphs, hf and the sweep)
 """
 
@@ -63,6 +62,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import profile, record_function, schedule
 
+import decode_attention
 import llama
 import tracereader
 from common import cli, outputs, profiling
@@ -81,6 +81,7 @@ def events_per_step(layers: int) -> int:
     return 20 + 20 * layers
 
 
+OP_SPLIT = "profiling_pytorch::decode_attention"  # --attention split's op, at one query
 ANNOTATION = "decode"  # each new token's step; the prompt's is "prefill"
 PHASES = ("prefill", "decode")
 # The first divergence from the reference is rounding when the reference itself scores our
@@ -102,7 +103,6 @@ class Variant:
     graphs: bool
     fused: bool = False  # q, k, v in one GEMM, gate and up in another
     attention: str = "sdpa"
-    gemv: str = "cublas"  # or "inductor": Linears at one row as Inductor reductions
 
 
 # --- the key/value caches: what attention writes, then reads ------------------------------
@@ -228,8 +228,6 @@ class Generation:
             self.cache = DynamicCache(v.cfg.layers)
         else:
             self.cache = StaticCache(v.cfg, v.batch, v.max_len, run.device, run.dtype)
-        if "inductor" in (v.attention, v.gemv):  # Inductor's own kernels, tuned by timing them
-            torch._inductor.config.coordinate_descent_tuning = True
         first = torch.compile(prefill) if v.compiled else prefill
         step = torch.compile(decode_step) if v.compiled else decode_step
         self.prefill = lambda: first(model, self.cache, self.state)
@@ -322,11 +320,6 @@ def _gemms(v: Variant) -> int:
     return _per_layer(v) * v.cfg.layers + 1 + (v.impl == "hf")
 
 
-def _reduced(v: Variant) -> bool:
-    """Whether the Linears at one row (decode's, prefill's head) are Inductor reductions."""
-    return v.gemv == "inductor" and v.batch == 1
-
-
 def _host_ops(v: Variant, phase: str) -> tuple[str, ...]:
     """What the host runs in a step: under a graph's replay nothing of the step; compiled,
     Inductor's region; eager, the ops (FlexAttention's compiled region among them)."""
@@ -336,14 +329,16 @@ def _host_ops(v: Variant, phase: str) -> tuple[str, ...]:
         return (phase,)
     if v.compiled:
         return (phase, "Torch-Compiled Region*")
-    attend = "aten::scaled_dot_product_attention" if v.attention == "sdpa" else "Torch-Compiled*"
+    sdpa = "aten::scaled_dot_product_attention"  # split's prefill too: more than one query
+    split = OP_SPLIT if phase == "decode" else sdpa
+    attend = {"flex": "Torch-Compiled*", "split": split}.get(v.attention, sdpa)
     write = ("aten::index_put_",) if v.cache == "static" else ()  # dynamic: torch.cat
     return (phase, "aten::mm", attend, *write)
 
 
 def _prefill(v: Variant) -> Expect:
     return Expect(
-        gpu={"gemm": _gemms(v) - _reduced(v)},  # the head at one row: a reduction
+        gpu={"gemm": _gemms(v)},
         cpu_present=_host_ops(v, "prefill"),
         why=f"{_gemms(v)} GEMMs, M = batch x prompt = {v.batch * v.prompt} rows "
         f"(the head's M = {v.batch}: the last position only)",
@@ -352,13 +347,11 @@ def _prefill(v: Variant) -> Expect:
 
 def _decode(v: Variant) -> Expect:
     ops = _host_ops(v, "decode")
-    # at one row, --gemv inductor's reductions and --attention inductor's are Inductor kernels
-    gemms = 0 if _reduced(v) else _gemms(v)
-    attention = 0 if v.attention == "inductor" else v.cfg.layers
+    # --attention split: its partial kernel is attention (named *attention*), the combine not
     return Expect(
-        gpu={"gemm": gemms} | ({"attention": attention} if v.impl == "ours" else {}),
+        gpu={"gemm": _gemms(v)} | ({"attention": v.cfg.layers} if v.impl == "ours" else {}),
         cpu_present=ops,
-        why=f"the same kernels every token: {gemms} GEMMs with M = batch = {v.batch}"
+        why=f"the same kernels every token: {_gemms(v)} GEMMs with M = batch = {v.batch}"
         + ("; one graph launch, no kernel launched from the host" * v.graphs),
     )
 
@@ -375,10 +368,8 @@ def look(v: Variant, phase: str, expect: Expect, trace, steps: list) -> bool:
     print(verdict.text)
     lines, ok = [], verdict.ok
     layers = _per_layer(v) * v.cfg.layers
-    if phase == "prefill":  # the head at one row: a reduction under --gemv inductor
-        rows = {v.batch * v.prompt: layers} | ({} if _reduced(v) else {v.batch: 1})
-    else:
-        rows = {} if _reduced(v) else {v.batch: layers + 1}
+    rows = {"prefill": {v.batch * v.prompt: layers, v.batch: 1}}.get(phase)
+    rows = rows or {v.batch: layers + 1}
     seen = [dict(tracereader.gemm_rows(step)) for step in steps]
     if any(seen) and v.impl == "ours":
         ok &= all(rows == one for one in seen)
@@ -507,13 +498,9 @@ def parse(argv):
                         "read by fewer, larger GEMMs")  # fmt: skip
     parser.add_argument("--attention", choices=list(llama.ATTENTION), default="sdpa",
                         help="sdpa: PyTorch's fused kernels (cuDNN, FlashAttention, ...); flex: "
-                        "FlexAttention, compiled by Inductor; inductor: at decode's one query, "
-                        "multiplies and sums compiled by Inductor (needs --compile) "
-                        "(default: sdpa)")  # fmt: skip
-    parser.add_argument("--gemv", choices=("cublas", "inductor"), default="cublas",
-                        help="a Linear at one row (decode at batch 1): cuBLAS's GEMV, or a "
-                        "multiply and a sum that Inductor compiles and tunes (needs --compile) "
-                        "(default: cublas)")  # fmt: skip
+                        "FlexAttention, compiled by Inductor; split: decode's attention split "
+                        "across the SMs by decode_attention.py's Triton kernels (a GPU, or "
+                        "TRITON_INTERPRET=1) (default: sdpa)")  # fmt: skip
     parser.add_argument("--impl", choices=("ours", "hf"), default="ours",
                         help="ours: this loop; hf: transformers' generate on the same weights, "
                         "static cache (needs the [hf] extra) (default: ours)")  # fmt: skip
@@ -532,15 +519,10 @@ def parse(argv):
         raise cli.UsageError("--compile and --cuda-graphs need --cache static: a growing cache "
                              "changes the step's shapes every token")  # fmt: skip
     if args.impl == "hf" and (args.compile or args.cuda_graphs or args.cache == "dynamic"
-                              or args.fuse or args.attention != "sdpa"
-                              or args.gemv != "cublas"):  # fmt: skip
+                              or args.fuse or args.attention != "sdpa"):  # fmt: skip
         raise cli.UsageError("--impl hf runs transformers' generate as it comes (static cache, "
                              "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
-                             "--cache dynamic, --fuse, --attention, --gemv")  # fmt: skip
-    if "inductor" in (args.attention, args.gemv) and not args.compile:
-        raise cli.UsageError("--attention inductor and --gemv inductor need --compile: "
-                             "uncompiled, their products would be materialized in "
-                             "float32")  # fmt: skip
+                             "--cache dynamic, --fuse, --attention")  # fmt: skip
     if args.cuda_graphs:
         cli.require_gpu(f"{SCRIPT}.py --cuda-graphs", args, "a CUDA graph records GPU work; "
                         "on a CPU, run without it")  # fmt: skip
@@ -562,6 +544,9 @@ def bytes_needed(cfg: llama.Config, batch, prompt, new_tokens, elt, *, reference
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
+    why = args.attention == "split" and decode_attention.usable(run.device, args.compile)
+    if why:
+        raise cli.UsageError(why)
     cfg, elt = llama.PRESETS[args.preset], cli.element_size(run)
     sizes = (args.prompt, args.new_tokens, elt)
     need = bytes_needed(cfg, args.batch, *sizes, reference=True)
@@ -574,10 +559,9 @@ def main(argv=None) -> int:
     # transformers compiles its generate on a GPU (static cache: into CUDA graphs) by itself
     compiled = args.compile or (args.impl == "hf" and run.on_gpu)
     v = Variant(cfg, args.batch, args.prompt, max_len, args.cache, args.impl, compiled,
-                args.cuda_graphs, args.fuse, args.attention, args.gemv)  # fmt: skip
+                args.cuda_graphs, args.fuse, args.attention)  # fmt: skip
     mode = "hf" if v.impl == "hf" else args.cache + ("_graphs" if args.cuda_graphs else "")
     mode += "_fused" * args.fuse + f"_{args.attention}" * (args.attention != "sdpa")
-    mode += "_gemv" * (args.gemv == "inductor")
     tag = outputs.run_tag(f"{args.preset}_b{args.batch}_p{args.prompt}_n{args.new_tokens}",
                           args, run, extra=mode)  # fmt: skip
     out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
@@ -604,8 +588,6 @@ def main(argv=None) -> int:
         model.attend = llama.ATTENTION[v.attention]
         if v.fused:
             model.fuse_projections()
-        if v.gemv == "inductor":
-            model.use_reductions()
     generation = Generation(v, model, prompt, args.new_tokens, run)
     tokens = profiling.warm_up(lambda: generation(args.new_tokens), run, compiling=args.compile)
     agree(tokens, ref_tokens, ref_logits, run.dtype)

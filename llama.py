@@ -18,9 +18,8 @@ What a decode step's kernels can be, for 08_generate's flags:
   (gate_up_proj): the same weights, read by fewer and larger GEMMs, which at decode's one row
   per sequence is what sets their speed (a small GEMV cannot keep the GPU's memory busy);
 - `attention="flex"`: FlexAttention (compiled by Inductor) instead of SDPA;
-- `attention="inductor"` and `use_reductions()`: at one query and one row, attention and every
-  Linear written as a multiply and a sum, which Inductor compiles into its own reduction
-  kernels (only compiled: eagerly the product would be materialized in float32).
+- `attention="split"`: at one query per sequence, decode_attention.py's kernels, which split
+  the cache's positions across the SMs (SDPA's give a whole key/value head to one block).
 """
 
 from __future__ import annotations
@@ -31,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import flex_attention
+
+import decode_attention  # noqa: F401  (registers profiling_pytorch::decode_attention)
 
 
 @dataclass(frozen=True)
@@ -118,34 +119,16 @@ def flex(q, k, v, positions, mask):
     return _compiled_flex()(q, k, v, score_mod=causal, enable_gqa=True)
 
 
-def reduced_attention(q, k, v, positions, mask):
-    """At one query per sequence (decode): q.k and p.v written as multiplies and sums in
-    float32, for Inductor to compile into small reduction kernels; more queries (prefill) go
-    to SDPA (the product would be [b, heads, s, keys, hd])."""
-    b, heads, s, hd = q.shape
-    if s > 1:
+def split_attention(q, k, v, positions, mask):
+    """At one query per sequence (decode): decode_attention's split kernels, reading the keys
+    up to the position; more queries (prefill) go to SDPA."""
+    head_dim = q.shape[-1]
+    if q.shape[2] > 1 or head_dim & (head_dim - 1):  # its tiles need a power-of-two head_dim
         return sdpa_attention(q, k, v, positions, mask)
-    kv = k.shape[1]
-    q = q.reshape(b, kv, heads // kv, 1, hd).float()
-    scores = (q * k[:, :, None].float()).sum(-1) * hd**-0.5  # [b, kv, group, keys]
-    p = scores.masked_fill(~mask, -float("inf")).softmax(-1)
-    out = (p[..., None] * v[:, :, None].float()).sum(-2)  # [b, kv, group, hd]
-    return out.reshape(b, heads, 1, hd).to(v.dtype)
+    return torch.ops.profiling_pytorch.decode_attention(q, k, v, positions[-1:])
 
 
-ATTENTION = {"sdpa": sdpa_attention, "flex": flex, "inductor": reduced_attention}
-
-
-class ReducingLinear(nn.Linear):
-    """A Linear that, at one row (a decode step at batch 1), computes y = (x * W).sum(-1):
-    compiled, one Inductor reduction kernel that reads W once, where cuBLAS's GEMV kernels
-    leave the GPU's memory system partly idle at some shapes (a k/v projection: 1.2 TB/s on an
-    H200). At more rows it is the GEMM it was."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() != x.shape[-1]:
-            return super().forward(x)
-        return (x[..., None, :].float() * self.weight.float()).sum(-1).to(x.dtype)
+ATTENTION = {"sdpa": sdpa_attention, "flex": flex, "split": split_attention}
 
 
 class Attention(nn.Module):
@@ -212,7 +195,6 @@ def _joined(*linears: nn.Linear) -> nn.Linear:
     weight = torch.cat([m.weight for m in linears])
     joined = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device)
     joined.weight = nn.Parameter(weight, requires_grad=False)
-    joined.__class__ = type(linears[0])  # a ReducingLinear stays one
     return joined
 
 
@@ -236,13 +218,6 @@ class Llama(nn.Module):
             x = x + layer.self_attn(h, positions, self.rope, cache, i, mask, self.attend)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.lm_head(self.model.norm(x[:, -1]))
-
-    def use_reductions(self) -> Llama:
-        """Every Linear a ReducingLinear (the same weights): GEMVs as Inductor reductions."""
-        for module in self.modules():
-            if type(module) is nn.Linear:
-                module.__class__ = ReducingLinear
-        return self
 
     def fuse_projections(self) -> Llama:
         """q, k, v -> qkv_proj and gate, up -> gate_up_proj, in place: the same weights (the

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,7 +17,7 @@ import torch
 import llama
 import tracereader
 from common import cli
-from tests.helpers import load_script, run_script
+from tests.helpers import ROOT, load_script, run_script
 from tracereader.commands import explain
 from tracereader.judge import findings
 from tracereader.trace import load as trace_reader
@@ -125,29 +128,42 @@ def test_fusing_the_projections_keeps_the_models_logits():
         torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
 
 
-def test_reductions_compute_what_the_library_kernels_compute():
-    """--gemv inductor's Linear at one row and --attention inductor at one query equal cuBLAS's
-    and SDPA's results (float32, eagerly: the arithmetic Inductor compiles), masked keys
-    included; at more rows and queries they are the library calls themselves."""
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(64, 48, bias=False)
-    linear.__class__ = llama.ReducingLinear
-    one, many = torch.randn(1, 1, 64), torch.randn(2, 3, 64)
-    torch.testing.assert_close(linear(one), one @ linear.weight.t())
-    torch.testing.assert_close(linear(many), many @ linear.weight.t())
-    q, k, v = torch.randn(2, 8, 1, 16), torch.randn(2, 2, 40, 16), torch.randn(2, 2, 40, 16)
-    positions = torch.tensor([29])
-    mask = torch.arange(40) <= positions[:, None]  # keys 30..39 not yet written
-    k[:, :, 30:] = v[:, :, 30:] = 1e4  # would dominate if they were read
-    got = llama.reduced_attention(q, k, v, positions, mask)
+@pytest.mark.slow
+def test_split_attention_gives_sdpas_result_and_the_references_tokens(tmp_path):
+    """decode_attention.py's kernels under Triton's interpreter (a subprocess: Triton reads
+    TRITON_INTERPRET when imported): against SDPA at odd shapes, positions at a split's edge
+    and the cache's last, unwritten keys that would dominate if read; then the lesson with
+    --attention split --fuse holds the float32 reference's tokens and its guess."""
+    code = """
+import torch, llama
+torch.manual_seed(0)
+shapes = [(1, 32, 8, 768, 128, 640), (2, 4, 2, 40, 16, 29), (1, 8, 8, 200, 64, 0),
+          (3, 6, 2, 130, 32, 63), (1, 64, 2, 96, 16, 95)]
+for b, h, kv, keys, d, pos in shapes:
+    q, k, v = torch.randn(b, h, 1, d), torch.randn(b, kv, keys, d), torch.randn(b, kv, keys, d)
+    k[:, :, pos + 1 :] = v[:, :, pos + 1 :] = 1e4
+    positions = torch.tensor([pos])
+    mask = torch.arange(keys) <= positions[:, None]
+    got = llama.split_attention(q, k, v, positions, mask)
     torch.testing.assert_close(got, llama.sdpa_attention(q, k, v, positions, mask))
-    assert got.abs().max() < 10
+print("split ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and "split ok" in proc.stdout, proc.stderr[-3000:]
+    argv = [*SMALL, "--strict", "--traces-dir", str(tmp_path), "--attention", "split", "--fuse"]
+    proc = subprocess.run([sys.executable, f"{SCRIPT}.py", *argv, "--batch", "2"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 of 2 sequences give the float32 reference's 6 greedy tokens" in proc.stdout
+    assert "ok        CPU op profiling_pytorch::decode_attention seen: in every step" in proc.stdout
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "kernels",
-    [[], ["--fuse", "--attention", "flex"], ["--attention", "inductor", "--gemv", "inductor"]],
+    [[], ["--fuse", "--attention", "flex"]],
 )
 def test_the_compiled_steps_give_the_same_tokens(kernels, tmp_path, capsys, monkeypatch):
     # one layer: Inductor's C++ compile of the steps is most of this test's time
@@ -320,8 +336,7 @@ def test_a_graph_replayed_decode_is_gpu_bound_and_told_to_batch(tmp_path):
         (["--compile", "--cache", "dynamic"], "need --cache static"),
         (["--impl", "hf", "--compile"], "--impl hf runs transformers' generate as it comes"),
         (["--impl", "hf", "--fuse"], "--impl hf runs transformers' generate as it comes"),
-        (["--gemv", "inductor"], "need --compile"),
-        (["--attention", "inductor"], "need --compile"),
+        (["--attention", "split"], "--attention split runs Triton kernels"),
         (["--attention", "paged"], "invalid choice"),
         (["--sweep-batch", "1,x"], "not a list of positive batches"),
     ],

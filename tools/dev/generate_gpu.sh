@@ -8,17 +8,17 @@
 # profiled steps, --bench's generations):
 #   eager ~45 s, graphs ~40 s
 #   compile ~110 s, compile-graphs ~130 s, fused ~130 s (--compile --cuda-graphs --fuse),
-#   flex ~140 s (and --attention flex), best ~200 s (--fuse --attention inductor --gemv
-#   inductor: Inductor compiles prefill and decode, and times its kernels' tile shapes)
+#   flex ~140 s (and --attention flex), best ~130 s (--fuse --attention split), split ~50 s
+#   (--cuda-graphs --fuse --attention split, eager)
 #   hf ~120 s (transformers' generate, compiled into CUDA graphs by it), sweep ~100 s
 # OUT gets at most 4 files: versions.txt, summary.txt (each run's checks and readings),
 # logs.tar.gz (every log) and traces.tar.gz (the gzipped traces, a prefill and 3 decode steps
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|best|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|hf|sweep ...]}
 shift
-parts=${*:-eager compile graphs compile-graphs fused flex best hf sweep}
+parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
 work=$(mktemp -d)
 mkdir -p "$out" "$work/logs"
@@ -54,8 +54,8 @@ for part in $parts; do
         compile-graphs) run compile-graphs $shape --compile --cuda-graphs --bench ;;
         fused) run fused $shape --compile --cuda-graphs --fuse --bench ;;
         flex) run flex $shape --compile --cuda-graphs --fuse --attention flex --bench ;;
-        best) run best $shape --compile --cuda-graphs --fuse --attention inductor --gemv \
-            inductor --bench ;;
+        split) run split $shape --cuda-graphs --fuse --attention split --bench ;;
+        best) run best $shape --compile --cuda-graphs --fuse --attention split --bench ;;
         hf) run hf $shape --impl hf --bench ;;
         sweep) run sweep --preset 8b --dtype bf16 --prompt 512 --new-tokens 128 --cuda-graphs \
             --sweep-batch 1,2,4,8,16,32,64 ;;
