@@ -33,9 +33,9 @@ MIN_ROWS = 16  # the group's query heads padded to tl.dot's smallest M
 @triton.jit
 def decode_attention_partial_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, acc_ptr, m_ptr, l_ptr,
-    stride_qb, stride_qh, keys, scale,
+    stride_qb, stride_qh, keys,
     KV: tl.constexpr, GROUP: tl.constexpr, SPLITS: tl.constexpr, PER_SPLIT: tl.constexpr,
-    D: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    D: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, SCALE: tl.constexpr,
 ):  # fmt: skip
     """One (sequence b, kv head h, split s): softmax(q k^T) v over its keys, unnormalized."""
     bh, split = tl.program_id(0), tl.program_id(1)
@@ -61,7 +61,8 @@ def decode_attention_partial_kernel(
         v = tl.load(v_ptr + cache + n[:, None] * D + d[None, :], mask=inside[:, None], other=0.0)
         if UPCAST_FOR_INTERPRETER:
             k, v = k.to(tl.float32), v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * scale  # [ROWS, BLOCK_N]
+        s = tl.dot(q, tl.trans(k)) * SCALE  # [ROWS, BLOCK_N]; a constexpr: float32, never
+        # the float64 that a Python float argument becomes under Inductor's launcher
         s = tl.where(inside[None, :], s, -1.0e30)
         m_new = tl.maximum(m, tl.max(s, axis=1))
         p = tl.exp(s - m_new[:, None])
@@ -121,8 +122,8 @@ def launch(q, k, v, pos, wrap=lambda kernel: kernel) -> torch.Tensor:
     out = torch.empty((b, heads, 1, dim), device=q.device, dtype=q.dtype)
     meta = dict(KV=kv, GROUP=group, SPLITS=splits, D=dim, ROWS=rows)
     wrap(decode_attention_partial_kernel)[(b * kv, splits)](
-        q, k, v, pos, acc, m, total, q.stride(0), q.stride(1), keys, dim**-0.5,
-        PER_SPLIT=per_split, BLOCK_N=BLOCK_N, **meta,
+        q, k, v, pos, acc, m, total, q.stride(0), q.stride(1), keys,
+        PER_SPLIT=per_split, BLOCK_N=BLOCK_N, SCALE=dim**-0.5, **meta,
     )  # fmt: skip
     wrap(split_softmax_combine_kernel)[(b, heads)](
         acc, m, total, out, out.stride(0), out.stride(1),
