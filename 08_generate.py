@@ -103,6 +103,7 @@ class Variant:
     graphs: bool
     fused: bool = False  # q, k, v in one GEMM, gate and up in another
     attention: str = "sdpa"
+    autotune: bool = False
 
 
 # --- the key/value caches: what attention writes, then reads ------------------------------
@@ -228,8 +229,12 @@ class Generation:
             self.cache = DynamicCache(v.cfg.layers)
         else:
             self.cache = StaticCache(v.cfg, v.batch, v.max_len, run.device, run.dtype)
-        first = torch.compile(prefill) if v.compiled else prefill
-        step = torch.compile(decode_step) if v.compiled else decode_step
+        # --autotune: Inductor times its Triton GEMM templates against cuBLAS per shape and
+        # tunes its own kernels' tiles (coordinate descent); the graphs stay ours
+        mode = "max-autotune-no-cudagraphs" if v.autotune else None
+        torch._inductor.config.coordinate_descent_tuning = v.autotune
+        first = torch.compile(prefill, mode=mode) if v.compiled else prefill
+        step = torch.compile(decode_step, mode=mode) if v.compiled else decode_step
         self.prefill = lambda: first(model, self.cache, self.state)
         self.step = lambda: step(model, self.cache, self.state)
         if v.graphs:
@@ -501,6 +506,10 @@ def parse(argv):
                         "FlexAttention, compiled by Inductor; split: decode's attention split "
                         "across the SMs by decode_attention.py's Triton kernels (a GPU, or "
                         "TRITON_INTERPRET=1) (default: sdpa)")  # fmt: skip
+    parser.add_argument("--autotune", action="store_true",
+                        help="with --compile: Inductor times its own GEMM kernels against "
+                        "cuBLAS for every shape and tunes its kernels' tiles (minutes of "
+                        "compiling)")  # fmt: skip
     parser.add_argument("--impl", choices=("ours", "hf"), default="ours",
                         help="ours: this loop; hf: transformers' generate on the same weights, "
                         "static cache (needs the [hf] extra) (default: ours)")  # fmt: skip
@@ -523,6 +532,8 @@ def parse(argv):
         raise cli.UsageError("--impl hf runs transformers' generate as it comes (static cache, "
                              "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
                              "--cache dynamic, --fuse, --attention")  # fmt: skip
+    if args.autotune and not args.compile:
+        raise cli.UsageError("--autotune tunes what torch.compile generates: add --compile")
     if args.cuda_graphs:
         cli.require_gpu(f"{SCRIPT}.py --cuda-graphs", args, "a CUDA graph records GPU work; "
                         "on a CPU, run without it")  # fmt: skip
@@ -559,9 +570,10 @@ def main(argv=None) -> int:
     # transformers compiles its generate on a GPU (static cache: into CUDA graphs) by itself
     compiled = args.compile or (args.impl == "hf" and run.on_gpu)
     v = Variant(cfg, args.batch, args.prompt, max_len, args.cache, args.impl, compiled,
-                args.cuda_graphs, args.fuse, args.attention)  # fmt: skip
+                args.cuda_graphs, args.fuse, args.attention, args.autotune)  # fmt: skip
     mode = "hf" if v.impl == "hf" else args.cache + ("_graphs" if args.cuda_graphs else "")
     mode += "_fused" * args.fuse + f"_{args.attention}" * (args.attention != "sdpa")
+    mode += "_autotune" * args.autotune
     tag = outputs.run_tag(f"{args.preset}_b{args.batch}_p{args.prompt}_n{args.new_tokens}",
                           args, run, extra=mode)  # fmt: skip
     out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)

@@ -337,6 +337,7 @@ def test_a_graph_replayed_decode_is_gpu_bound_and_told_to_batch(tmp_path):
         (["--impl", "hf", "--compile"], "--impl hf runs transformers' generate as it comes"),
         (["--impl", "hf", "--fuse"], "--impl hf runs transformers' generate as it comes"),
         (["--attention", "split"], "--attention split runs Triton kernels"),
+        (["--autotune"], "add --compile"),
         (["--attention", "paged"], "invalid choice"),
         (["--sweep-batch", "1,x"], "not a list of positive batches"),
     ],

@@ -16,7 +16,7 @@
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|hf|sweep ...]}
 shift
 parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
@@ -56,8 +56,11 @@ for part in $parts; do
         flex) run flex $shape --compile --cuda-graphs --fuse --attention flex --bench ;;
         split) run split $shape --cuda-graphs --fuse --attention split --bench ;;
         best) run best $shape --compile --cuda-graphs --fuse --attention split --bench ;;
+        autotune) run autotune $shape --compile --autotune --cuda-graphs --fuse --attention \
+            split --bench ;;
         hf) run hf $shape --impl hf --bench ;;
         sweep) run sweep --preset 8b --dtype bf16 --prompt 512 --new-tokens 128 --cuda-graphs \
+            --fuse --attention split \
             --sweep-batch 1,2,4,8,16,32,64 ;;
         *) echo "unknown part: $part" >&2; failed=1 ;;
     esac
