@@ -189,6 +189,9 @@ def test_inductor_names_decode_into_their_fused_ops():
     flex = "triton_tem_fused__to_copy__unsafe_view_add_cat_flex_attention_index_mul_neg_0"
     assert classify(flex).cls == "attention"
     assert classify(flex.replace("_tem_", "_per_")).cls == "inductor"
+    # max-autotune's GEMM template (H100, torch 2.11), its epilogue fused or not, is a GEMM
+    assert classify("triton_tem_fused__unsafe_view_mm_mul_silu_split_t_view_9").cls == "gemm"
+    assert classify("triton_tem_fused_mm_t_view_0").cls == "gemm"
 
 
 def test_compare_eager_and_compiled_mlp():

@@ -447,12 +447,19 @@ def _gemm(name: str, subject: str = "") -> KernelClass:
     return KernelClass("gemm", detail.strip(", ") or subject, facts)
 
 
+_INDUCTOR_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm"})
+
+
 def _inductor(name: str) -> KernelClass:
     found = _INDUCTOR.match(name)
     if not found:
         return KernelClass("inductor", "Inductor Triton kernel")
     kind, ops = found.group(1), decode_fused_ops(found.group(3))
     facts = {"kind": _INDUCTOR_KINDS[kind], "fused_ops": ops}
+    if kind == "tem" and _INDUCTOR_GEMMS.intersection(ops):
+        # max-autotune's Triton GEMM templates (triton_tem_fused_mm_...): GEMMs, whatever
+        # epilogue Inductor fused into them
+        return KernelClass("gemm", "Inductor Triton GEMM template", facts)
     if kind == "tem" and ("flex_attention" in ops or "flex_decoding" in ops):
         # FlexAttention's kernel is an Inductor template; the reductions that combine its
         # split results (triton_per_..._flex_attention_...) stay Inductor's
