@@ -98,3 +98,52 @@ def test_compare_times_two_generations_by_their_tokens(capsys):
     verdict = capsys.readouterr().out.split("verdict: ", 1)[1]
     assert verdict.startswith("B is slower: step 5984.3 us -> 7649.4 us (1.28x")
     assert "runs where A's median step has none" in verdict
+
+
+# The kernels changed (2026-11-26, later runs; provenance.json beside the traces): q, k, v and
+# gate, up fused (--fuse), decode attention split across the SMs (--attention split), prefill
+# compiled and replayed too; then Inductor's max-autotune (--autotune), on an H200 and an H100.
+FUSED_SPLIT = FOLDER / f"{STEM}graphs_fused_split_compile.json.gz"
+AUTOTUNE = {
+    "H200": FOLDER / f"{STEM}graphs_fused_split_autotune_compile.json.gz",
+    "H100": FOLDER.parent.parent
+    / "h100/08_generate"
+    / f"{STEM}graphs_fused_split_autotune_compile.json.gz",
+}
+
+
+def test_split_attention_is_read_as_attention_and_fused_gemms_as_fewer_gemms():
+    trace = trace_reader.load(FUSED_SPLIT)
+    phases = tracereader.generation_steps(trace)
+    for step in phases["decode"]:  # qkv, o, gate_up, down per layer and the head
+        assert step.count("gemm") == 4 * LAYERS + 1
+        assert step.count("attention") == LAYERS  # decode_attention_partial_kernel
+    read = tracereader.generation(trace)
+    # 4.77 ms per token (the bench: 4.71) against the unfused, cuDNN-attention 5.98 ms
+    assert 4_500 < read["decode"]["per_token_us"]["median"] < 5_000
+    assert read["bound"] == "gpu"
+
+
+@pytest.mark.parametrize("device", ["H200", "H100"])
+def test_autotuned_gemms_are_gemms_and_a_replayed_prefill_takes_its_gpu_time(device):
+    """max-autotune runs prefill's GEMMs as Triton templates (read as GEMMs: 96 templates and
+    the 32 down projections on cuBLAS) and decode's GEMVs as Inductor reductions. The prefill
+    is a graph replay: its host step takes ~1 ms, its kernels 12-13 ms, and the 2 warm-up
+    prefills queued before it must not be counted in it (its first GPU window holds them)."""
+    trace = trace_reader.load(AUTOTUNE[device])
+    prefill = tracereader.generation_steps(trace)["prefill"][0]
+    assert prefill.count("gemm") == 4 * LAYERS  # the head at one row: a reduction
+    assert prefill.dur < 1_500
+    read = tracereader.generation(trace)
+    busy = read["prefill"]["gpu_busy_us"]
+    assert 11_000 < busy <= read["prefill"]["wall_us"] < 1.15 * busy
+    per_token = read["decode"]["per_token_us"]["median"]
+    assert (4_400 < per_token < 4_700) if device == "H200" else (5_800 < per_token < 6_200)
+
+
+def test_compare_reads_the_autotuned_generation_faster_by_its_tokens(capsys):
+    from tracereader.commands import compare
+
+    assert compare.main([str(FUSED_SPLIT), str(AUTOTUNE["H200"])]) == 0
+    verdict = capsys.readouterr().out.split("verdict: ", 1)[1]
+    assert verdict.startswith("B is faster: step 4771.6 us -> 4562.3 us")
