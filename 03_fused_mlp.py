@@ -215,7 +215,8 @@ def main(argv=None) -> int:
     )
 
     mlp = GeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
-    fused = fused_geglu.FusedGeGLUMLP(mlp, fused_geglu.config_name(kernel, run)).eval()
+    config = fused_geglu.config_name(kernel, run, auto=args.kernel == "auto")
+    fused = fused_geglu.FusedGeGLUMLP(mlp, config).eval()
     print(f"kernel: {fused.describe()}")
     forward = torch.compile(fused) if args.compile else fused
     x = torch.randn(args.batch, args.seq, args.dim, device=run.device, dtype=run.dtype)

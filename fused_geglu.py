@@ -390,11 +390,17 @@ CONFIGS = {
     "hopper-epi": Config(
         "hopper-epi", 128, 256, 64, stages=4, warps=8, epi_split=2, fast_tanh=True
     ),
-    # Opt-in until measured (SM90 only; "auto" takes it on the GPUs of GLUON_MEASURED_FASTER):
-    # gluon_geglu.py's kernel, two consumer warpgroups taking turns over 128 x 128 tiles (64
-    # gate + 64 up columns each, 128 accumulator registers a thread) fed by a producer warp
-    # through 6 stages of 32 KB; not yet timed (tools/dev/gluon_gpu.sh times it).
+    # SM90 only; --kernel gluon runs it ("auto" runs gluon-coop below on the GPUs of
+    # GLUON_MEASURED_FASTER): gluon_geglu.py's kernel, two consumer warpgroups taking turns over
+    # 128 x 128 tiles (64 gate + 64 up columns each, 128 accumulator registers a thread) fed by
+    # a producer warp through 6 stages of 32 KB. H100 run 2: 124.1 us at the post's shape
+    # ("hopper" 127.1), 3614.7 at the Llama shape (2777.5): the L2 bytes of 128-wide tiles.
     GLUON: Config(GLUON, 128, 128, 64, stages=6, warps=4, consumers=2),
+    # The gluon configuration "auto" runs on an H100 (GLUON_MEASURED_FASTER): one consumer of 8
+    # warps on 128 x 256 tiles, 4 stages, QuACK's along-N raster. The only one of the quick
+    # list faster than "hopper" at both shapes there (H100 run 2, 2026-11-26): 124.1 against
+    # 127.1 us at the post's, 2752.9 against 2777.5 at the Llama shape (docs/measurements.md).
+    "gluon-coop": Config(GLUON, 128, 256, 64, stages=4, warps=8, along_n=True),
     # float32: the dot runs in IEEE float32 on the CUDA cores, not as tf32 on the tensor cores.
     # tf32 keeps 10 mantissa bits and lands near 3e-4, over common/check.py's 1e-4 for float32.
     "plain-fp32": Config("plain", 64, 64, 32, stages=3, warps=4),
@@ -409,10 +415,15 @@ def sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-# GPUs (torch.cuda.get_device_name) on which the gluon path measured faster than "hopper",
-# kernel and forward, at the post's and the Llama shape (tools/dev/gluon_gpu.sh): "auto" takes
-# it there, nowhere else. Empty until it is measured.
-GLUON_MEASURED_FASTER: dict[str, str] = {}
+# GPUs (torch.cuda.get_device_name) on which a gluon configuration measured faster than
+# "hopper", kernel and forward, at the post's and the Llama shape (tools/dev/gluon_gpu.sh), and
+# that configuration (a key of CONFIGS): "auto" takes it there, nowhere else.
+GLUON_MEASURED_FASTER: dict[str, str] = {
+    # H100 run 2 (2026-11-26): gate/up above; the forward with it 4186.6 against 4267.4 us at
+    # the Llama shape, with the 128 x 128 pingpong 181.8 against 187.8 at the post's. Not the
+    # H200: its one run had the kernel before stmatrix, slower than "hopper" at the post's shape.
+    "NVIDIA H100 80GB HBM3": "gluon-coop",
+}
 
 
 @cache
@@ -628,8 +639,13 @@ def choose_kernel(
     return GLUON if measured and not compiling else "hopper"
 
 
-def config_name(kernel: str, run: cli.Run) -> str:
-    return "plain-fp32" if kernel == "plain" and run.dtype == torch.float32 else kernel
+def config_name(kernel: str, run: cli.Run, auto: bool = False) -> str:
+    """The CONFIGS key a path runs: under auto, gluon's is the one measured on this GPU."""
+    if kernel == "plain" and run.dtype == torch.float32:
+        return "plain-fp32"
+    if kernel == GLUON and auto and run.on_gpu:
+        return GLUON_MEASURED_FASTER.get(torch.cuda.get_device_name(run.device), kernel)
+    return kernel
 
 
 def refuse_unrunnable(device: str, compile: bool, kernel: str = "auto") -> None:

@@ -1,4 +1,4 @@
-"""Gate, up and the GeGLU in one Gluon kernel for Hopper (SM90): what Triton's language cannot say.
+"""Gate, up and the GeGLU in one Gluon kernel for Hopper (SM90): what `triton.language` cannot say.
 
 fused_geglu.py's Hopper kernel leaves the schedule to the compiler: all 8 warps load, multiply
 and run the epilogue in turn, so the tensor pipe idles while a tile's GeGLU and store run

@@ -197,3 +197,21 @@ def test_the_gpu_bench_refuses_a_cpu_in_one_line():
         text=True,
     )
     assert done.returncode == 2 and done.stderr == "error: needs an SM90 GPU (H100, H200)\n"
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H100 PCIe"])
+def test_auto_takes_gluon_only_on_gpus_where_it_measured_faster(name, monkeypatch):
+    """The rule, not a result: on SM90 in bf16, auto runs gluon's configuration measured on that
+    GPU where GLUON_MEASURED_FASTER lists it, Hopper's Triton kernel elsewhere and when compiling;
+    an asked-for gluon runs its default configuration everywhere."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    run = fused_geglu.cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
+    listed = fused_geglu.GLUON_MEASURED_FASTER.get(name)
+    kernel = fused_geglu.choose_kernel("auto", run, 768, 3072)
+    assert kernel == ("gluon" if listed else "hopper")
+    assert fused_geglu.config_name(kernel, run, auto=True) == (listed or "hopper")
+    assert fused_geglu.choose_kernel("auto", run, 768, 3072, compiling=True) == "hopper"
+    assert fused_geglu.config_name("gluon", run) == "gluon"
+    for config in fused_geglu.GLUON_MEASURED_FASTER.values():
+        assert fused_geglu.CONFIGS[config].path == "gluon"

@@ -63,9 +63,11 @@ def main() -> int:
     dev, dtype, dim, hidden = torch.device("cuda"), torch.bfloat16, 768, 3072
     torch.manual_seed(0)
     mlp = GeGLUMLP(dim, hidden).to(dev, dtype).eval()
-    kernel = fused_geglu.choose_kernel("auto", cli.Run(dev, dtype, "bf16"), dim, hidden)
-    fused = fused_geglu.FusedGeGLUMLP(mlp, kernel).eval()
-    config = fused_geglu.CONFIGS[kernel]
+    run = cli.Run(dev, dtype, "bf16")
+    kernel = fused_geglu.choose_kernel("auto", run, dim, hidden)
+    name = fused_geglu.config_name(kernel, run, auto=True)
+    fused = fused_geglu.FusedGeGLUMLP(mlp, name).eval()
+    config = fused_geglu.CONFIGS[name]
     x = torch.randn(args.m, dim, device=dev, dtype=dtype)
     m = torch.empty(args.m, hidden, device=dev, dtype=dtype)
     custom_op, define_impl, _lib = empty_ops()

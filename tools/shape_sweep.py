@@ -489,7 +489,8 @@ def build(
         # the gluon kernel, refused in one line where it cannot run.
         asked = "gluon" if variant == "fused-gluon" else "auto"
         kernel = fused.choose_kernel(asked, run, dim, hidden, compiling=variant == "fused-graph")
-        module = fused.FusedGeGLUMLP(mlp, fused.config_name(kernel, run)).eval()
+        config = fused.config_name(kernel, run, auto=asked == "auto")
+        module = fused.FusedGeGLUMLP(mlp, config).eval()
         print(f"fused kernel (hidden {hidden}): {module.describe()}")
         return module, mlp
     if variant == "quack":
