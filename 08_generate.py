@@ -52,7 +52,7 @@ there (its token and ours within the dtype's tolerance): rounding, not a bug.
     uv run 08_generate.py --fuse --attention flex --compile
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --cuda-graphs --bench
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
-        --fuse --attention split --bench                 (the fastest this lesson goes)
+        --fuse --attention split --autotune --bench      (the fastest this lesson goes)
         (a GPU: tools/dev/generate_gpu.sh runs eager, compile, CUDA graphs, hf and the sweep)
 """
 
