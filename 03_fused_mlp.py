@@ -41,8 +41,11 @@ script says in one line that it needs a GPU.
 --proton (SM90, the gluon kernel): Proton, Triton's intra-kernel profiler, timestamps scopes
 inside gluon_geglu.py's kernel, per warp: the producer waiting for a free slot, the consumers
 waiting for data and running their epilogue. Its Chrome trace lands beside torch.profiler's
-(..._proton.chrome_trace). The reading: consumers waiting for data mean loads cannot keep up
-(memory- or latency-bound); a producer waiting for slots means the tensor cores set the pace.
+(..._proton.chrome_trace). The reading (gluon_proton.py), per warp, as a share of its block's
+span: a consumer warp waiting for data means compute waits on loads (memory- or latency-bound);
+the producer waiting for slots means loads wait on compute (the tensor cores set the pace); both
+at once, a full ring whose data still lands late. Sums over the trace would mix 8 consumer warps
+with 1 producer warp a block; uv run python gluon_proton.py TRACE reads a saved one.
     TRITON_INTERPRET=1 uv run 03_fused_mlp.py --batch 2 --seq 3 --dim 16 --hidden 32
 """
 
@@ -146,14 +149,14 @@ def refuse_proton(args) -> None:
 
 
 def record_proton(fused, x, out) -> None:
-    """Run the gluon kernel once under Proton's instrumentation and read its scopes back: the
-    time each kind of warp spent per scope, summed over warps, per warp that recorded it."""
-    import json
+    """Run the gluon kernel once under Proton's instrumentation and read its scopes back per
+    warp (gluon_proton.py): each warp's waits as a share of its block's span, and its verdict."""
     import os
 
     import triton.profiler as proton
 
     import gluon_geglu
+    import gluon_proton
 
     stem = out.trace.name.split(".")[0]
     name = out.trace.with_name(f".{stem}_proton.partial")  # Proton adds .chrome_trace
@@ -172,27 +175,8 @@ def record_proton(fused, x, out) -> None:
         proton.finalize()
     os.replace(written, final)
     print(f"proton: {final}")
-    events = json.loads(final.read_text())
-    events = events.get("traceEvents", events) if isinstance(events, dict) else events
-    spans: dict[str, list[float]] = {}
-    for e in events:
-        if isinstance(e, dict) and e.get("ph") == "X":
-            spans.setdefault(e.get("name", "?"), []).append(float(e.get("dur", 0)))
-    for scope, durs in sorted(spans.items()):
-        print(f"  {scope:<34} {len(durs):7d} spans, {sum(durs):12.1f} in all (trace units)")
-    data = sum(spans.get("consumer waits for data", []))
-    slot = sum(spans.get("producer waits for a free slot", []))
-    if data or slot:
-        print(
-            "  reading: "
-            + (
-                "consumers wait for data longer than the producer waits for slots: the loads "
-                "do not keep up"
-                if data > slot
-                else "the producer waits for free slots longer than consumers wait for data: "
-                "the tensor cores set the pace, as they should"
-            )
-        )
+    for line in gluon_proton.summary(gluon_proton.read(gluon_proton.load(final))):
+        print(f"  {line}")
 
 
 def main(argv=None) -> int:
