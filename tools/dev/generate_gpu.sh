@@ -16,7 +16,7 @@
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|hf|sweep ...]}
 shift
 parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
@@ -58,6 +58,10 @@ for part in $parts; do
         best) run best $shape --compile --cuda-graphs --fuse --attention split --bench ;;
         autotune) run autotune $shape --compile --autotune --cuda-graphs --fuse --attention \
             split --bench ;;
+        # not yet run: Inductor's kernels launched with programmatic dependent launch (each
+        # one's prologue overlapping the previous one's tail), the H200's next lever
+        pdl) TORCHINDUCTOR_ENABLE_PDL=1 run pdl $shape --compile --autotune --cuda-graphs \
+            --fuse --attention split --bench ;;
         hf) run hf $shape --impl hf --bench ;;
         sweep) run sweep --preset 8b --dtype bf16 --prompt 512 --new-tokens 128 --cuda-graphs \
             --fuse --attention split \
