@@ -21,6 +21,11 @@ tile width (fused_geglu.py's packing depends on its block_n), and the GeGLU's pr
 the accumulator layout of a half-wide tile, which stmatrix stores (geglu). The GeGLU is
 fused_geglu.py's: gelu_tanh by exp2 and a fast division, or QuACK's tanh.approx (FAST_TANH).
 
+Gluon's shapes, shared-memory buffers and TMA boxes must be powers of two (Triton 3.6 and 3.9
+refuse a [128, 192] accumulator and a [192, 64] buffer or box), so a tile of QuACK's width, 192
+packed rows (96 gate + 96 up units), is cut in two (split_n): a box and an accumulator of 128
+rows, another of 64 (TAIL_N), each with its GeGLU and its TMA store; block_n 192 in Config.
+
 Gluon has no interpreter: the kernel runs on an SM90 GPU, and compiles for sm_90 on any machine
 (compile_sm90: tests/test_gluon_geglu.py, tools/dev/fused_geglu_sass.py --paths gluon).
 """
@@ -143,16 +148,17 @@ def accumulator_layout(block_m, block_n, warps):
 
 
 @gluon.jit
-def producer(x_desc, w_desc, bufs, bars, sizes, opts):
+def producer(x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N: gl.constexpr):
     """Every tile of this program in order, every K step: wait for a free slot, load x's rows and
-    the weight's packed rows into it; the slot's `ready` barrier counts the bytes in."""
-    x_bufs, w_bufs, _ = bufs
+    the weight's packed rows into it (TAIL_N: the head's box and the tail's); the slot's `ready`
+    barrier counts the bytes in."""
+    x_bufs, w_bufs, w_tail_bufs, _, _ = bufs
     ready, empty, _ = bars
     M, HIDDEN, K = sizes
-    GROUP_M, ALONG_N, _, PROTON = opts  # compile-time, each
+    GROUP_M, ALONG_N, _, PROTON = opts  # compile-time, each (folded: MLIR's constants)
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0] + TAIL_N  # packed rows per tile
     STAGES: gl.constexpr = x_bufs.shape[0]
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(HIDDEN, BLOCK_N // 2)
@@ -170,30 +176,43 @@ def producer(x_desc, w_desc, bufs, bars, sizes, opts):
                 pl.exit_scope("producer waits for a free slot")
             bar = ready.index(slot)
             # Bytes of whole boxes: TMA fills the part past M, K or 2 * HIDDEN with zeros.
-            mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+            if TAIL_N > 0:
+                mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes
+                                + w_tail_desc.block_type.nbytes)  # fmt: skip
+            else:
+                mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
             tma_load(x_desc, [pid_m * BLOCK_M, k * BLOCK_K], bar,
                                             x_bufs.index(slot))  # fmt: skip
             tma_load(w_desc, [pid_n * BLOCK_N, k * BLOCK_K], bar,
                                             w_bufs.index(slot))  # fmt: skip
+            if TAIL_N > 0:  # the tile's last TAIL_N packed rows, after the head's box
+                tma_load(w_tail_desc, [pid_n * BLOCK_N + BLOCK_N - TAIL_N, k * BLOCK_K], bar,
+                         w_tail_bufs.index(slot))  # fmt: skip
             step += 1
 
 
 @gluon.jit
-def consumer(out_desc, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.constexpr,
-             WARPS: gl.constexpr):  # fmt: skip
-    """Tiles WHICH, WHICH + CONSUMERS, ... of this program: wgmma from the ring's slots (one in
-    flight while the next is issued), then the GeGLU, a store to shared memory and a TMA store
-    that runs on while the next tile's wgmma do."""
-    x_bufs, w_bufs, out_bufs = bufs
+def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.constexpr,
+             WARPS: gl.constexpr, TAIL_N: gl.constexpr):  # fmt: skip
+    """Tiles WHICH, WHICH + CONSUMERS, ... of this program: wgmma from the ring's slots (one K
+    step in flight while the next is issued), then the GeGLU, a store to shared memory and a TMA
+    store that runs on while the next tile's wgmma do. TAIL_N > 0: a second accumulator over
+    the tile's last TAIL_N packed rows, its GeGLU and store beside the head's."""
+    out_desc, out_tail_desc = outs
+    x_bufs, w_bufs, w_tail_bufs, out_bufs, out_tail_bufs = bufs
     ready, empty, turns = bars
     M, HIDDEN, K = sizes
     GROUP_M, ALONG_N, FAST_TANH, PROTON = opts
     BLOCK_M: gl.constexpr = x_bufs.shape[1]
     BLOCK_K: gl.constexpr = x_bufs.shape[2]
-    BLOCK_N: gl.constexpr = w_bufs.shape[1]
+    HEAD_N: gl.constexpr = w_bufs.shape[1]  # the first accumulator's packed rows
+    BLOCK_N: gl.constexpr = HEAD_N + TAIL_N  # packed rows per tile
     STAGES: gl.constexpr = x_bufs.shape[0]
-    layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, WARPS)
+    layout: gl.constexpr = accumulator_layout(BLOCK_M, HEAD_N, WARPS)
     out_buf = out_bufs.index(WHICH)
+    if TAIL_N > 0:
+        tail_layout: gl.constexpr = accumulator_layout(BLOCK_M, TAIL_N, WARPS)
+        out_tail_buf = out_tail_bufs.index(WHICH)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(HIDDEN, BLOCK_N // 2)
     k_tiles = gl.cdiv(K, BLOCK_K)
@@ -208,7 +227,9 @@ def consumer(out_desc, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: 
             # ring, so this consumer must not wait on a slot before the other has taken the
             # slot's previous lap. Consumer 0's first turn is free (the initial phase).
             mbarrier.wait(turns.index(WHICH), (turn & 1) ^ (1 - WHICH))
-        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout)
+        acc = gl.zeros([BLOCK_M, HEAD_N], gl.float32, layout)
+        if TAIL_N > 0:
+            tail = gl.zeros([BLOCK_M, TAIL_N], gl.float32, tail_layout)
         for k in range(k_tiles):
             slot = step % STAGES
             if PROTON:
@@ -216,17 +237,26 @@ def consumer(out_desc, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: 
             mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
             if PROTON:
                 pl.exit_scope("consumer waits for data")
-            # B is the packed weight's [BLOCK_N, BLOCK_K] box, read as K-major through a view.
+            # B is the packed weight's [HEAD_N, BLOCK_K] box, read as K-major through a view.
             acc = warpgroup_mma(x_bufs.index(slot), w_bufs.index(slot).permute((1, 0)), acc,
                                 is_async=True)  # fmt: skip
-            # One wgmma in flight: the previous one is done, so its slot goes back.
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            if TAIL_N > 0:
+                tail = warpgroup_mma(x_bufs.index(slot), w_tail_bufs.index(slot).permute((1, 0)),
+                                     tail, is_async=True)  # fmt: skip
+                # One K step (two wgmma groups) in flight: the previous step's are done.
+                acc, tail = warpgroup_mma_wait(num_outstanding=2, deps=(acc, tail))
+            else:
+                # One wgmma in flight: the previous one is done, so its slot goes back.
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), pred=k > 0)
             step += 1
         if CONSUMERS == 2:
             mbarrier.arrive(turns.index(1 - WHICH))  # the other's main loop may start
         turn += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        if TAIL_N > 0:
+            acc, tail = warpgroup_mma_wait(num_outstanding=0, deps=(acc, tail))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES))
         step += (CONSUMERS - 1) * k_tiles  # the other consumer's tile comes next in the ring
 
@@ -235,29 +265,50 @@ def consumer(out_desc, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: 
         m = geglu(acc, FAST_TANH).to(out_desc.dtype)
         tma.store_wait(pendings=0)  # the previous tile's store has left out_buf
         out_buf.store(m)
+        if TAIL_N > 0:  # the tail's units: the output's columns after the head's
+            out_tail_buf.store(geglu(tail, FAST_TANH).to(out_desc.dtype))
         fence_async_shared()  # the generic-proxy writes before TMA (async proxy) reads them
         tma_store(out_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2)],
                                         out_buf)  # fmt: skip
+        if TAIL_N > 0:
+            tma_store(out_tail_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2) + HEAD_N // 2],
+                      out_tail_buf)  # fmt: skip
         if PROTON:
             pl.exit_scope("consumer epilogue")
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
+def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, w_tail_desc, out_tail_desc,
+                       M, HIDDEN, K,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr, ALONG_N: gl.constexpr,
-                       FAST_TANH: gl.constexpr, CONSUMERS: gl.constexpr,
+                       FAST_TANH: gl.constexpr, CONSUMERS: gl.constexpr, TAIL_N: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                        PROTON: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T); x_desc [M, K], w_desc [2 * padded
     HIDDEN, K] in blocks of UNITS (pack), out_desc [M, HIDDEN]. A persistent grid: a program
-    per SM."""
+    per SM. TAIL_N > 0 (a tile width that is no power of two, which Gluon's shapes must be):
+    each tile is w_desc's box of packed rows then w_tail_desc's TAIL_N more, two accumulators,
+    stored through out_desc's and out_tail_desc's boxes; TAIL_N == 0: both tail descriptors are
+    None and unused."""
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape,
                                        x_desc.layout)  # fmt: skip
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape,
                                        w_desc.layout)  # fmt: skip
     out_bufs = gl.allocate_shared_memory(out_desc.dtype, [CONSUMERS] + out_desc.block_type.shape,
                                          out_desc.layout)  # fmt: skip
+    if TAIL_N > 0:
+        w_tail_bufs = gl.allocate_shared_memory(w_tail_desc.dtype,
+                                                [STAGES] + w_tail_desc.block_type.shape,
+                                                w_tail_desc.layout)  # fmt: skip
+        out_tail_bufs = gl.allocate_shared_memory(out_tail_desc.dtype,
+                                                  [CONSUMERS] + out_tail_desc.block_type.shape,
+                                                  out_tail_desc.layout)  # fmt: skip
+    else:  # never read: the partitions' arguments keep one shape
+        w_tail_bufs = w_bufs
+        out_tail_bufs = out_bufs
+        w_tail_desc = w_desc
+        out_tail_desc = out_desc
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -267,17 +318,19 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
     for i in gl.static_range(2):
         mbarrier.init(turns.index(i), count=1)  # consumer i may start its next main loop
 
-    bufs = (x_bufs, w_bufs, out_bufs)
+    bufs = (x_bufs, w_bufs, w_tail_bufs, out_bufs, out_tail_bufs)
     bars = (ready, empty, turns)
     sizes = (M, HIDDEN, K)
     opts = (GROUP_M, ALONG_N, FAST_TANH, PROTON)
-    loads = (x_desc, w_desc, bufs, bars, sizes, opts)
+    outs = (out_desc, out_tail_desc)
+    # TAIL_N is written into each call's tuple: a tuple assigned to a name turns its
+    # constants into tensors (Triton 3.6), and TAIL_N sizes the partitions' buffers.
     if CONSUMERS == 2:
         gl.warp_specialize(
             [
-                (consumer, (out_desc, bufs, bars, sizes, opts, 0, 2, num_warps)),
-                (consumer, (out_desc, bufs, bars, sizes, opts, 1, 2, num_warps)),
-                (producer, loads),
+                (consumer, (outs, bufs, bars, sizes, opts, 0, 2, num_warps, TAIL_N)),
+                (consumer, (outs, bufs, bars, sizes, opts, 1, 2, num_warps, TAIL_N)),
+                (producer, (x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N)),
             ],
             [num_warps, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -285,8 +338,8 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
     else:
         gl.warp_specialize(
             [
-                (consumer, (out_desc, bufs, bars, sizes, opts, 0, 1, num_warps)),
-                (producer, loads),
+                (consumer, (outs, bufs, bars, sizes, opts, 0, 1, num_warps, TAIL_N)),
+                (producer, (x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N)),
             ],
             [1],
             [PRODUCER_REGS],
@@ -294,6 +347,22 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, M, HIDDEN, K,
 
 
 # --- Configuration, registers and the launch --------------------------------------------------
+
+
+def split_n(block_n: int) -> tuple[int, int]:
+    """A tile's packed rows as (head, tail): Gluon's shapes, shared-memory buffers and TMA boxes
+    must be powers of two, so a tile of 192 (96 gate + 96 up units, QuACK's width) is a box and
+    an accumulator of 128 and another of 64; a power of two is all head (tail 0). Both parts
+    whole blocks of UNITS gate and UNITS up rows, so that geglu pairs each unit with its own."""
+    head = 1 << (block_n.bit_length() - 1)
+    tail = block_n - head
+    block = 2 * UNITS.value
+    if block_n < block or tail & (tail - 1) or tail % block:
+        raise ValueError(
+            f"gluon: block_n {block_n} must be a power of two or one plus a smaller power of "
+            f"two, each a multiple of {block} (96, 160, 192 do; 112, 224 do not)"
+        )
+    return head, tail
 
 
 @dataclass(frozen=True)
@@ -331,6 +400,7 @@ def _constexprs(config, proton: bool) -> dict:
         ALONG_N=config.along_n,
         FAST_TANH=config.fast_tanh,
         CONSUMERS=config.consumers,
+        TAIL_N=split_n(config.block_n)[1],
         CONSUMER_REGS=plan(config).consumer_regs,
         PRODUCER_REGS=PRODUCER_REGS,
     )
@@ -343,15 +413,20 @@ def smem_layout(box: tuple[int, int], dtype: torch.dtype):
 
 
 def descriptors(x, packed, out, config):
-    """TMA descriptors of x's, the weight's and the output's boxes."""
-    boxes = (
+    """TMA descriptors of x's, the weight's and the output's boxes, then the weight's and the
+    output's tail boxes (split_n), None where the tile is a power of two wide."""
+    head, tail = split_n(config.block_n)
+    boxes = [
         (x, (config.block_m, config.block_k)),
-        (packed, (config.block_n, config.block_k)),
-        (out, (config.block_m, config.block_n // 2)),
-    )
-    return [
+        (packed, (head, config.block_k)),
+        (out, (config.block_m, head // 2)),
+    ]
+    if tail:
+        boxes += [(packed, (tail, config.block_k)), (out, (config.block_m, tail // 2))]
+    descs = [
         TensorDescriptor.from_tensor(t, list(box), smem_layout(box, x.dtype)) for t, box in boxes
     ]
+    return descs if tail else [*descs, None, None]
 
 
 def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs: int, proton=False):
@@ -391,10 +466,14 @@ def compile_sm90(config, dtype: torch.dtype = torch.bfloat16, proton: bool = Fal
     # Descriptors of meta tensors: the signature holds only the box, the dtype and the layout.
     meta = [torch.empty(16, 16, dtype=dtype, device="meta") for _ in range(3)]
     descs = descriptors(meta[0], meta[1], meta[2], config)
-    names = ("x_desc", "w_desc", "out_desc")
-    signature = {name: mangle_type(d) for name, d in zip(names, descs, strict=True)}
-    signature.update(M="i32", HIDDEN="i32", K="i32")
+    names = ("x_desc", "w_desc", "out_desc", "w_tail_desc", "out_tail_desc")
     fixed = constexprs(config, proton)
+    signature = {}
+    for name, d in zip(names, descs, strict=True):
+        signature[name] = "constexpr" if d is None else mangle_type(d)
+        if d is None:  # what Triton's launch makes of a None argument
+            fixed[name] = None
+    signature.update(M="i32", HIDDEN="i32", K="i32")
     fixed["num_warps"] = config.warps
     signature.update(dict.fromkeys(fixed, "constexpr"))
     source = GluonASTSource(fused_gate_up_geglu_gluon_kernel, signature, constexprs=fixed)

@@ -121,7 +121,12 @@ def gluon_candidates(quick: bool) -> list[Config]:
     base = fused_geglu.CONFIGS["gluon"]  # pingpong 128 x 128 x 64, 6 stages of 32 KB
     coop = Config("gluon", 128, 256, 64, stages=4, warps=8, consumers=1)  # 4 x 48 + 32 KB
     wide = Config("gluon", 64, 256, 64, stages=4, warps=4, consumers=2)  # 4 x 40 + 2 x 16 KB
-    if quick:  # tools/dev/gluon_gpu.sh's list: at most 8, so both shapes fit its time
+    # QuACK's 128 x 192 tile (96 gate + 96 up units; gluon_geglu.split_n: accumulators of 128 and
+    # 64 columns): 192 fp32 registers a consumer thread of 232 in pingpong, 4 x 40 + 2 x 24 KB
+    # (5 stages would need 248); cooperative 96 registers, 5 x 40 + 24 KB.
+    wide192 = Config("gluon", 128, 192, 64, stages=4, warps=4, consumers=2)
+    coop192 = Config("gluon", 128, 192, 64, stages=5, warps=8, consumers=1)
+    if quick:  # tools/dev/gluon_gpu.sh's list: at most 10, so both shapes fit its time
         return [
             base,
             replace(base, fast_tanh=True),
@@ -131,6 +136,8 @@ def gluon_candidates(quick: bool) -> list[Config]:
             coop,
             replace(coop, fast_tanh=True),  # its epilogue is not overlapped: make it cheaper
             replace(coop, along_n=True),  # QuACK's raster: the Llama shape's DRAM traffic
+            replace(wide192, fast_tanh=True),  # QuACK's tile: 53 B a clock per SM, not 64
+            replace(coop192, fast_tanh=True),
         ]
     return [
         base,
@@ -144,6 +151,9 @@ def gluon_candidates(quick: bool) -> list[Config]:
         replace(coop, along_n=True),
         wide,
         replace(wide, fast_tanh=True),
+        wide192,
+        replace(wide192, fast_tanh=True),
+        replace(coop192, fast_tanh=True),
     ]
 
 

@@ -6,10 +6,11 @@ programs per SM need at most half of 228 KB each), registers per thread, and cou
 SASS instructions that show the kernel's shape: the epilogue's special-function ops
 (MUFU.TANH: tanh.approx; MUFU.EX2 + MUFU.RCP: gelu_tanh's exp2 and division), tensor-core
 MMAs (HGMMA), TMA loads and stores (UTMALDG, UTMASTG), stores to shared memory by stmatrix
-(STSM), and register reallocation between warp roles (PTX's setmaxnreg, which SASS spells
+(STSM), register reallocation between warp roles (PTX's setmaxnreg, which SASS spells
 USETMAXREG: present only where warp specialization split the kernel into producer and consumer
-warps). Static counts in the code, not executions. Triton compiles with its own ptxas and reads
-the cubin with its own cuobjdump.
+warps), and stores to local memory (STL: spilled registers; 0 where the accumulators fit).
+Static counts in the code, not executions. Triton compiles with its own ptxas and reads the
+cubin with its own cuobjdump.
 
     uv run python -m tools.dev.fused_geglu_sass                     (the committed Hopper configs)
     uv run python -m tools.dev.fused_geglu_sass --candidates hopper-epi     (the tuner's list)
@@ -32,7 +33,10 @@ from tracereader.commandline import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
-OPS = ("MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "UTMALDG", "UTMASTG", "STSM", "SETMAXNREG")
+OPS = (
+    "MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "UTMALDG", "UTMASTG", "STSM", "SETMAXNREG",
+    "STL",
+)  # fmt: skip
 # The column's name -> what the SASS says: setmaxnreg.{inc,dec} is USETMAXREG in sm_90's SASS.
 SASS_SPELLING = {"SETMAXNREG": "USETMAXREG"}
 KERNELS = {
