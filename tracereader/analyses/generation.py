@@ -74,22 +74,12 @@ def _median(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def _prefill_time(step: Step) -> float:
-    """The longer of the host's step and its own kernels' span (first start to last end): a
-    captured prefill's host step only queues the replay. Not its GPU window: the first
-    recorded step's window also holds work queued before the recording began (the wait and
-    warm-up steps' replays), which no recorded kernel shows."""
-    if not step.gpu:
-        return step.dur
-    return max(step.dur, max(i.ts + i.dur for i in step.gpu) - min(i.ts for i in step.gpu))
-
-
 def read(trace: Trace) -> dict | None:
     """The two phases, each over its steps (None when the trace shows no decode step):
-    prefill's time (_prefill_time) and GPU busy time; per decode token (the headline) its
-    time, GPU busy, the GPU's wait on the host, kernels and launch calls, and the verdict:
-    launch-bound when the GPU waits on the host LAUNCH_BOUND of a token or more, else
-    GPU-bound."""
+    prefill's time (as a token's: idle.step_times) and GPU busy time; per decode token (the
+    headline) its time, GPU busy, the GPU's wait on the host, kernels and launch calls, and
+    the verdict: launch-bound when the GPU waits on the host LAUNCH_BOUND of a token or more,
+    else GPU-bound."""
     phases = split(trace)
     if not phases:
         return None
@@ -119,7 +109,7 @@ def read(trace: Trace) -> dict | None:
         prefill = phases["prefill"]
         out["prefill"] = {
             "steps": len(prefill),
-            "wall_us": statistics.median(_prefill_time(s) for s in prefill),
+            "wall_us": statistics.median(times[id(s)] for s in prefill),
             "gpu_busy_us": statistics.median(breakdown.step(s)["gpu_busy_us"] for s in prefill)
             if gpu
             else None,

@@ -54,7 +54,10 @@ def _read(trace: Trace):
 
 
 def _launch(item) -> float:
-    return item.call.ts if item.call is not None else item.ts
+    """When the host launched it; GPU work whose launch the trace does not hold was launched
+    before the recording began (a warm-up's queued replays, whose kernels run on into the
+    first recorded step): earlier than any step, so no step's window counts it as its own."""
+    return item.call.ts if item.call is not None else float("-inf")
 
 
 def _compute(trace: Trace):
