@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from fused_geglu import INTERPRETING, UPCAST_FOR_INTERPRETER
+from fused_geglu import INTERPRETING, UPCAST_FOR_INTERPRETER, sm_count, traceable
 
 OP = "profiling_pytorch::decode_attention"
 BLOCK_N = 64  # keys per iteration of a split
@@ -101,9 +101,8 @@ def splits_for(batch: int, kv_heads: int, keys: int, sms: int) -> int:
 
 
 def _sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132  # the interpreter: an H100/H200's count, so its splits are the GPU's
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    """The GPU's SMs; under the interpreter an H100/H200's 132, so its splits are the GPU's."""
+    return sm_count(device) if device.type == "cuda" else 132
 
 
 def launch(q, k, v, pos, wrap=lambda kernel: kernel) -> torch.Tensor:
@@ -132,17 +131,11 @@ def launch(q, k, v, pos, wrap=lambda kernel: kernel) -> torch.Tensor:
     return out
 
 
-def _traceable(kernel):
-    """wrap_triton keeps the launch in torch.compile's graph; the interpreter's kernels are
-    plain Python functions that cannot be traced: launched as they are."""
-    return kernel if INTERPRETING else wrap_triton(kernel)
-
-
 @triton_op(OP, mutates_args=())
 def decode_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
 ) -> torch.Tensor:
-    return launch(q.contiguous(), k, v, pos, wrap=_traceable)
+    return launch(q.contiguous(), k, v, pos, wrap=traceable)
 
 
 @decode_attention.register_fake

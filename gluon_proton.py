@@ -192,4 +192,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from tracereader.commands.shared import run_cli  # Ctrl-C, a closed or full stdout: one line
+
+    raise SystemExit(run_cli(main))
