@@ -16,7 +16,7 @@
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|combo|hf|sweep ...]}
 shift
 parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
@@ -31,7 +31,9 @@ run() {  # NAME FLAGS...: one run, its log, its lines in the summary
     shift
     local start=$SECONDS
     # each part bounded: one that hangs or compiles past its share costs that part alone
-    timeout "${PART_TIMEOUT:-240}" $py 08_generate.py "$@" --strict --gzip --traces-dir \
+    # INDUCTOR_KNOBS (tools/dev/inductor_knobs.py): Inductor settings without a variable
+    local knobs=${INDUCTOR_KNOBS:+-m tools.dev.inductor_knobs}
+    timeout "${PART_TIMEOUT:-240}" $py $knobs 08_generate.py "$@" --strict --gzip --traces-dir \
         "$work/traces/$name" > "$work/logs/$name.log" 2>&1
     local rc=$?
     [ $rc -ne 0 ] && failed=1
@@ -62,6 +64,10 @@ for part in $parts; do
         # one's prologue overlapping the previous one's tail), the H200's next lever
         pdl) TORCHINDUCTOR_ENABLE_PDL=1 run pdl $shape --compile --autotune --cuda-graphs \
             --fuse --attention split --bench ;;
+        # Inductor's combo kernels: independent small kernels (the rotary embeddings of q and
+        # k, the cache writes) launched as one
+        combo) INDUCTOR_KNOBS=combo_kernels=1 run combo $shape --compile --autotune \
+            --cuda-graphs --fuse --attention split --bench ;;
         hf) run hf $shape --impl hf --bench ;;
         sweep) run sweep --preset 8b --dtype bf16 --prompt 512 --new-tokens 128 --cuda-graphs \
             --fuse --attention split \
