@@ -230,9 +230,12 @@ class Generation:
         else:
             self.cache = StaticCache(v.cfg, v.batch, v.max_len, run.device, run.dtype)
         # --autotune: Inductor times its Triton GEMM templates against cuBLAS per shape and
-        # tunes its own kernels' tiles (coordinate descent); the graphs stay ours
+        # tunes its own kernels' tiles (coordinate descent); the graphs stay ours. And combo
+        # kernels: independent small kernels (q's and k's rotary embeddings, the two cache
+        # writes) become one launch, 64 fewer kernels a token at 8B (H200: 4.52 -> 4.40 ms)
         mode = "max-autotune-no-cudagraphs" if v.autotune else None
         torch._inductor.config.coordinate_descent_tuning = v.autotune
+        torch._inductor.config.combo_kernels = v.autotune
         first = torch.compile(prefill, mode=mode) if v.compiled else prefill
         step = torch.compile(decode_step, mode=mode) if v.compiled else decode_step
         self.prefill = lambda: first(model, self.cache, self.state)
@@ -515,8 +518,8 @@ def parse(argv):
                         "TRITON_INTERPRET=1) (default: sdpa)")  # fmt: skip
     parser.add_argument("--autotune", action="store_true",
                         help="with --compile: Inductor times its own GEMM kernels against "
-                        "cuBLAS for every shape and tunes its kernels' tiles (minutes of "
-                        "compiling)")  # fmt: skip
+                        "cuBLAS for every shape, tunes its kernels' tiles and launches "
+                        "independent small kernels as one (minutes of compiling)")  # fmt: skip
     parser.add_argument("--impl", choices=("ours", "hf"), default="ours",
                         help="ours: this loop; hf: transformers' generate on the same weights, "
                         "static cache (needs the [hf] extra) (default: ours)")  # fmt: skip

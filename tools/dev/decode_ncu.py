@@ -1,0 +1,81 @@
+"""One decode token of 08_generate's 8B model under Nsight Compute: what each kernel of the
+token reads from DRAM and how near the memory's peak it runs (issue 28's "where a target is
+missed, Nsight Compute's figures"). Builds the model in bf16 (random weights, no float32
+reference: the lesson checks tokens), generates once to compile and capture, then brackets one
+decode step with cudaProfilerStart/Stop for `ncu --profile-from-start off`:
+
+    ncu --profile-from-start off --graph-profiling node --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis -o OUT python3 -m tools.dev.decode_ncu --compile \
+        --cuda-graphs --fuse --attention split [--autotune]
+
+Without ncu it runs the same (the bracket is a no-op) and prints the step's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+
+import torch
+
+import llama
+from common import cli
+
+
+def lesson():
+    spec = importlib.util.spec_from_file_location("script_08_generate", "08_generate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="8b", choices=list(llama.PRESETS))
+    p.add_argument("--prompt", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--autotune", action="store_true")
+    p.add_argument("--cuda-graphs", action="store_true")
+    p.add_argument("--fuse", action="store_true")
+    p.add_argument("--attention", default="sdpa", choices=list(llama.ATTENTION))
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        print("error: decode_ncu needs a CUDA GPU", file=sys.stderr)
+        return 2
+    g = lesson()
+    run = cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
+    cfg = llama.PRESETS[args.preset]
+    max_len = -(-(args.prompt + args.new_tokens - 1) // 16) * 16
+    v = g.Variant(cfg, 1, args.prompt, max_len, "static", "ours", args.compile,
+                  args.cuda_graphs, args.fuse, args.attention, args.autotune)  # fmt: skip
+    model = llama.build(cfg, max_len + 1, run.device, run.dtype)
+    model.attend = llama.ATTENTION[args.attention]
+    if args.fuse:
+        model.fuse_projections()
+    prompt = g.make_prompt(v, 0, run)
+    generation = g.Generation(v, model, prompt, args.new_tokens, run)
+    start = time.perf_counter()
+    generation(args.new_tokens)  # compiles, captures, and fills the cache to its end
+    torch.cuda.synchronize()
+    print(f"first generation: {time.perf_counter() - start:.1f} s", flush=True)
+    generation.prefill()  # position back at the prompt's end
+    for _ in range(args.new_tokens // 2 - 1):  # to the mean length, as the floor counts it
+        generation.step()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    t0 = time.perf_counter()
+    generation.step()
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    torch.cuda.cudart().cudaProfilerStop()
+    print(f"profiled decode step at position {args.prompt + args.new_tokens // 2}: "
+          f"{(t1 - t0) * 1e3:.3f} ms (under ncu: its replays)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
