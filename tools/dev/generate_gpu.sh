@@ -16,7 +16,7 @@
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|combo|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|hf|sweep ...]}
 shift
 parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
@@ -60,14 +60,10 @@ for part in $parts; do
         best) run best $shape --compile --cuda-graphs --fuse --attention split --bench ;;
         autotune) run autotune $shape --compile --autotune --cuda-graphs --fuse --attention \
             split --bench ;;
-        # not yet run: Inductor's kernels launched with programmatic dependent launch (each
-        # one's prologue overlapping the previous one's tail), the H200's next lever
+        # Inductor's kernels launched with programmatic dependent launch (each one's prologue
+        # overlapping the previous one's tail): H200, 4.514 against 4.522 ms (observations.md)
         pdl) TORCHINDUCTOR_ENABLE_PDL=1 run pdl $shape --compile --autotune --cuda-graphs \
             --fuse --attention split --bench ;;
-        # Inductor's combo kernels: independent small kernels (the rotary embeddings of q and
-        # k, the cache writes) launched as one
-        combo) INDUCTOR_KNOBS=combo_kernels=1 run combo $shape --compile --autotune \
-            --cuda-graphs --fuse --attention split --bench ;;
         hf) run hf $shape --impl hf --bench ;;
         sweep) run sweep --preset 8b --dtype bf16 --prompt 512 --new-tokens 128 --cuda-graphs \
             --fuse --attention split \
