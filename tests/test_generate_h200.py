@@ -130,12 +130,16 @@ def test_split_attention_is_read_as_attention_and_fused_gemms_as_fewer_gemms():
 @pytest.mark.parametrize("device", ["H200", "H100"])
 def test_autotuned_gemms_are_gemms_and_a_replayed_prefill_takes_its_gpu_time(device):
     """max-autotune runs prefill's GEMMs as Triton templates (read as GEMMs: 96 templates and
-    the 32 down projections on cuBLAS) and decode's GEMVs as Inductor reductions. The prefill
+    the 32 down projections on cuBLAS) and the GEMVs at one row (decode's, and prefill's head:
+    its last position only) as Inductor reductions over the weight's transpose, read as GEMMs
+    too: 4 a layer and the head, whatever norm or SiLU Inductor fused into them. The prefill
     is a graph replay: its host step takes ~1 ms, its kernels 12-13 ms, and the 2 warm-up
     prefills queued before it must not be counted in it (its first GPU window holds them)."""
     trace = trace_reader.load(AUTOTUNE[device])
     prefill = tracereader.generation_steps(trace)["prefill"][0]
-    assert prefill.count("gemm") == 4 * LAYERS  # the head at one row: a reduction
+    assert prefill.count("gemm") == 4 * LAYERS + 1
+    for step in tracereader.generation_steps(trace)["decode"]:
+        assert step.count("gemm") == 4 * LAYERS + 1  # qkv, o, gate_up, down; the head
     assert prefill.dur < 1_500
     read = tracereader.generation(trace)
     busy = read["prefill"]["gpu_busy_us"]

@@ -192,6 +192,15 @@ def test_inductor_names_decode_into_their_fused_ops():
     # max-autotune's GEMM template (H100, torch 2.11), its epilogue fused or not, is a GEMM
     assert classify("triton_tem_fused__unsafe_view_mm_mul_silu_split_t_view_9").cls == "gemm"
     assert classify("triton_tem_fused_mm_t_view_0").cls == "gemm"
+    # at one row max-autotune lowers a GEMV as a reduction over the weight's transpose, the
+    # norm before it fused in (H200 and H100, torch 2.11, 08_generate's decode): a GEMM; a
+    # reduction reading an mm's result (the head's argmax) and the rotary embedding after the
+    # qkv GEMV (pointwise) are not
+    assert classify("triton_red_fused__fused_rms_norm_mm_t_view_8").cls == "gemm"
+    assert classify("triton_red_fused__unsafe_view_mm_mul_silu_split_t_view_11").cls == "gemm"
+    assert classify("triton_red_fused_argmax_copy_mm_select_16").cls == "inductor"
+    rope = "triton_poi_fused__unsafe_view_add_cat_index_index_put_mm_mul_neg_split_t_view_2"
+    assert classify(rope).cls == "inductor"
 
 
 def test_compare_eager_and_compiled_mlp():

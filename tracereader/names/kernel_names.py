@@ -460,6 +460,12 @@ def _inductor(name: str) -> KernelClass:
         # max-autotune's Triton GEMM templates (triton_tem_fused_mm_...): GEMMs, whatever
         # epilogue Inductor fused into them
         return KernelClass("gemm", "Inductor Triton GEMM template", facts)
+    if kind in ("red", "per") and _INDUCTOR_GEMMS.intersection(ops) and "t" in ops:
+        # a matrix-vector product lowered as a reduction over the weight's transpose (at one
+        # row, as max-autotune's decode step does: x[1, K] * W^T summed over K), whatever
+        # norm or activation Inductor fused in; a reduction that only reads an mm's result
+        # (a norm's statistics, an argmax) has no t and stays Inductor's
+        return KernelClass("gemm", "Inductor reduction (a matrix-vector product)", facts)
     if kind == "tem" and ("flex_attention" in ops or "flex_decoding" in ops):
         # FlexAttention's kernel is an Inductor template; the reductions that combine its
         # split results (triton_per_..._flex_attention_...) stay Inductor's
