@@ -16,7 +16,7 @@
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|dynamic|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|hf|sweep ...]}
 shift
 parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
@@ -52,6 +52,7 @@ for part in $parts; do
     case $part in
         eager) run eager $shape --bench ;;
         compile) run compile $shape --compile --bench ;;
+        dynamic) run dynamic $shape --cache dynamic --bench ;;  # the cache that grows, eager
         graphs) run graphs $shape --cuda-graphs --bench ;;
         compile-graphs) run compile-graphs $shape --compile --cuda-graphs --bench ;;
         fused) run fused $shape --compile --cuda-graphs --fuse --bench ;;
