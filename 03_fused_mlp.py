@@ -37,15 +37,18 @@ script says in one line that it needs a GPU.
     uv run 03_fused_mlp.py --kernel plain          # the pointer-load path that Ampere runs
     uv run --extra hopper 03_fused_mlp.py --bench  # beside QuACK's gated GEMM (SM90)
     uv run 03_fused_mlp.py --kernel gluon --proton # inside the warp-specialized kernel (SM90)
+    uv run 03_fused_mlp.py --kernel hopper --proton # inside the plain Triton kernel, beside it
 
---proton (SM90, the gluon kernel): Proton, Triton's intra-kernel profiler, timestamps scopes
-inside gluon_geglu.py's kernel, per warp: the producer waiting for a free slot, the consumers
-waiting for data and running their epilogue. Its Chrome trace lands beside torch.profiler's
-(..._proton.chrome_trace). The reading (gluon_proton.py), per warp, as a share of its block's
-span: a consumer warp waiting for data means compute waits on loads (memory- or latency-bound);
-the producer waiting for slots means loads wait on compute (the tensor cores set the pace); both
-at once, a full ring whose data still lands late. Sums over the trace would mix 8 consumer warps
-with 1 producer warp a block; uv run python gluon_proton.py TRACE reads a saved one.
+--proton (SM90; the gluon kernel, or --kernel hopper): Proton, Triton's intra-kernel profiler,
+timestamps scopes inside gluon_geglu.py's kernel, per warp: the producer waiting for a free
+slot, the consumers waiting for data and running their epilogue. Its Chrome trace lands beside
+torch.profiler's (..._proton.chrome_trace). The reading (gluon_proton.py), per warp, as a share
+of its block's span: a consumer warp waiting for data means compute waits on loads (memory- or
+latency-bound); the producer waiting for slots means loads wait on compute (the tensor cores set
+the pace); both at once, a full ring whose data still lands late. Sums over the trace would mix
+8 consumer warps with 1 producer warp a block; uv run python gluon_proton.py TRACE reads a saved
+one. With --kernel hopper the plain kernel's warps each time their main loop and their epilogue:
+all of a block's warps store at once, and that share of the span the tensor cores idle.
     TRITON_INTERPRET=1 uv run 03_fused_mlp.py --batch 2 --seq 3 --dim 16 --hidden 32
 """
 
@@ -121,8 +124,9 @@ def parse(argv):
     parser.add_argument(
         "--proton",
         action="store_true",
-        help="also record the gluon kernel's producer and consumer timelines with Proton "
-        "(SM90; implies --kernel gluon; a Chrome trace beside the profiler's)",
+        help="also record the kernel's timelines with Proton (SM90; a Chrome trace beside the "
+        "profiler's): gluon's producer and consumers (the default), or with --kernel hopper "
+        "the plain Triton kernel's main loop and epilogue per warp",
     )
     return parser.parse_args(argv)
 
@@ -131,10 +135,9 @@ def refuse_proton(args) -> None:
     """One line, before any work, where Proton cannot look inside the gluon kernel."""
     if not args.proton:
         return
-    if args.kernel in ("plain", "hopper"):
+    if args.kernel == "plain":
         raise cli.UsageError(
-            f"--proton instruments the gluon kernel only (Triton kernels are rewritten too much "
-            f"by the compiler for Proton's scopes); got --kernel {args.kernel}"
+            "--proton instruments the gluon and hopper kernels (SM90); got --kernel plain"
         )
     if args.device == "cpu" or not torch.cuda.is_available():
         raise cli.UsageError("--proton needs an SM90 GPU (H100, H200): Proton times the GPU's code")
@@ -145,15 +148,20 @@ def refuse_proton(args) -> None:
         import triton.profiler  # noqa: F401
     except ImportError as err:
         raise cli.UsageError(f"--proton: Triton's Proton does not import ({err})") from None
-    args.kernel = "gluon"
+    if args.kernel == "auto":
+        args.kernel = "gluon"
 
 
 def record_proton(fused, x, out) -> None:
-    """Run the gluon kernel once under Proton's instrumentation and read its scopes back per
-    warp (gluon_proton.py): each warp's waits as a share of its block's span, and its verdict."""
+    """Run the kernel once under Proton's instrumentation and read its scopes back per warp
+    (gluon_proton.py): gluon's waits, or the hopper kernel's main loop and epilogue, as shares
+    of the block's span, and the verdict. The hopper kernel runs its unflattened loop here: in
+    the flattened one the compiler's peeling duplicates the scopes' records."""
+    import dataclasses
     import os
 
     import triton.profiler as proton
+    from triton.profiler import language as pl
 
     import gluon_geglu
     import gluon_proton
@@ -169,7 +177,12 @@ def record_proton(fused, x, out) -> None:
     mode = proton.mode.Default(buffer_type="global")
     proton.start(str(name), data="trace", backend="instrumentation", mode=mode)
     try:
-        gluon_geglu.launch(flat, fused.gate_up, fused.hidden, config, programs, proton=True)
+        if config.path == fused_geglu.GLUON:
+            gluon_geglu.launch(flat, fused.gate_up, fused.hidden, config, programs, proton=True)
+        else:  # Proton times Gluon's code unless told that triton.language's may be timed too
+            pl.enable_semantic("triton")
+            plain = dataclasses.replace(config, flatten=False)
+            fused_geglu.launch(flat, fused.gate_up, fused.hidden, plain, proton=True)
         torch.cuda.synchronize()
     finally:
         proton.finalize()

@@ -20,8 +20,17 @@ import triton.language as tl
 from torch import nn
 from torch.library import triton_op, wrap_triton
 
+import gluon_proton
 from common import cli
 from models import GeGLUMLP
+
+try:  # Proton's in-kernel scopes (03_fused_mlp.py --proton); None: Triton built without Proton
+    from triton.profiler import language as pl
+except ImportError:
+    pl = None
+# The hopper kernel's Proton scopes, named where gluon_proton.py reads them
+PROTON_MAIN_LOOP = tl.constexpr(gluon_proton.MAIN_LOOP)
+PROTON_EPILOGUE = tl.constexpr(gluon_proton.PLAIN_EPILOGUE)
 
 OP = "profiling_pytorch::fused_gate_up_geglu"
 # Triton reads TRITON_INTERPRET=1 when it is imported. Its kernels then run on the CPU in NumPy.
@@ -221,6 +230,7 @@ def fused_gate_up_geglu_tma_kernel(
     GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
+    PROTON: tl.constexpr = False,  # 03_fused_mlp.py --proton --kernel hopper: Proton's scopes
 ):
     HALF: tl.constexpr = BLOCK_N // 2
     # A descriptor tells the copy engine (TMA) a tensor's shape and strides: it moves whole
@@ -247,12 +257,19 @@ def fused_gate_up_geglu_tma_kernel(
         warp_specialize=WARP_SPECIALIZE,
     ):
         pid_m, pid_n = tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        if PROTON:
+            pl.enter_scope(PROTON_MAIN_LOOP)
         acc = gate_up_tile(x_desc, w_desc, pid_m, pid_n, k_tiles, BLOCK_M, BLOCK_N, BLOCK_K)
+        if PROTON:
+            pl.exit_scope(PROTON_MAIN_LOOP)
+            pl.enter_scope(PROTON_EPILOGUE)
 
         tile_id_c += tl.num_programs(0)
         pid_m, pid_n = tile_coordinates(tile_id_c, num_pid_m, num_pid_n, GROUP_M)
         m = geglu(acc, HALF)
         out_desc.store([pid_m * BLOCK_M, pid_n * HALF], m.to(out_ptr.dtype.element_ty))
+        if PROTON:
+            pl.exit_scope(PROTON_EPILOGUE)
 
 
 # --- The Hopper path with what fits from QuACK's gated GEMM (opt-in: "hopper-epi") ----------
@@ -484,10 +501,12 @@ def constexprs(config: Config) -> dict:
 
 
 def launch(
-    x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config, wrap=as_is
-) -> torch.Tensor:
+    x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: Config, wrap=as_is,
+    proton: bool = False,
+) -> torch.Tensor:  # fmt: skip
     """m [M, hidden] = gelu_tanh(x @ gate^T) * (x @ up^T), from x [M, dim] and the packed weight.
-    `wrap` is applied to the kernel before its launch (the custom op passes `traceable`)."""
+    `wrap` is applied to the kernel before its launch (the custom op passes `traceable`);
+    `proton`: the hopper kernel with its Proton scopes (03_fused_mlp.py --proton)."""
     M, K = x.shape
     out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
     if M == 0:
@@ -504,7 +523,7 @@ def launch(
         programs = min(tiles, slots) if config.persistent else tiles
         if config.path == "hopper":
             wrap(fused_gate_up_geglu_tma_kernel)[(programs,)](
-                x, gate_up, out, M, K, hidden, gate_up.shape[0], **meta
+                x, gate_up, out, M, K, hidden, gate_up.shape[0], PROTON=proton, **meta
             )  # fmt: skip
         else:
             refuse_off_sm90(x.device, config.path)

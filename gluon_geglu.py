@@ -55,10 +55,8 @@ except ImportError as err:
         f"the gluon kernel needs Triton's Gluon Hopper API (Triton 3.6 or newer); Triton "
         f"{triton.__version__} lacks it ({err})"
     ) from None
-try:  # Proton's in-kernel scopes (03_fused_mlp.py --proton); None: Triton built without Proton
-    from triton.profiler import language as pl
-except ImportError:
-    pl = None
+from fused_geglu import pl  # Proton's in-kernel scopes (03_fused_mlp.py --proton), or None
+
 # TMA's copies under their two names: Triton 3.6's, and 3.7's on (3.9 refuses the old ones).
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global

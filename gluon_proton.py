@@ -1,4 +1,5 @@
-"""Reading gluon_geglu.py's Proton timeline per warp (03_fused_mlp.py --proton): no torch, no GPU.
+"""Reading gluon_geglu.py's Proton timeline per warp (03_fused_mlp.py --proton), and the plain
+hopper kernel's beside it (--proton --kernel hopper): no torch, no GPU.
 
 Proton's Chrome trace has a process per block ("... Core5 CTA33") and a thread per warp
 ("warp 10 (line 0)"); its spans are the kernel's three scopes. A warp's role is the scope it
@@ -28,6 +29,11 @@ from pathlib import Path
 SLOT = "producer waits for a free slot"
 DATA = "consumer waits for data"
 EPILOGUE = "consumer epilogue"
+# fused_geglu.py's hopper kernel (--proton --kernel hopper), which takes these names from here:
+# every warp runs a tile's main loop (loads and wgmma interleaved by the compiler: no wait of
+# its own to time), then its epilogue; no other warpgroup computes meanwhile.
+MAIN_LOOP = "main loop"
+PLAIN_EPILOGUE = "epilogue"
 
 # The verdicts, per warp. Thresholds are shares of the block's span.
 LOADS_WAIT = "loads wait on compute"
@@ -43,15 +49,20 @@ PRODUCER_WAITS = 0.50
 # at the post's shape (12 K steps a tile). Above 10% a consumer warp is held by data that has
 # not landed, beyond that floor: compute waits on loads.
 CONSUMER_WAITS = 0.10
+# The plain kernel's warps all leave the tensor cores for the epilogue at once; past a tenth of
+# the span that is time a second warpgroup (gluon's pingpong) would fill with its own main loop.
+EPILOGUE_STOPS = "the epilogue stops the tensor cores"
+PLAIN_EPILOGUE_SHARE = 0.10
 
 
 @dataclass(frozen=True)
 class Warp:
     name: str  # the trace's thread: "warp 10 (line 0)"
-    role: str  # "producer" or "consumer"
-    waits: float  # producer: waiting for a free slot; consumer: waiting for data (of the span)
-    epilogue: float  # consumer: in its epilogue (of the span); producer: 0
-    verdict: str  # LOADS_WAIT, COMPUTE_WAITS or NEITHER
+    role: str  # "producer", "consumer" or "plain" (the hopper kernel's warps)
+    waits: float  # producer: waiting for a free slot; consumer: waiting for data; plain: in its
+    # main loop (each a share of the block's span)
+    epilogue: float  # consumer, plain: in its epilogue (of the span); producer: 0
+    verdict: str  # LOADS_WAIT, COMPUTE_WAITS, EPILOGUE_STOPS or NEITHER
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ class Block:
     span: float  # trace units (Proton's: microseconds at its "Frequency (MHz)" of cycles)
     producers: tuple[Warp, ...]
     consumers: tuple[Warp, ...]
+    plain: tuple[Warp, ...] = ()  # the hopper kernel's warps (no producer or consumer there)
 
 
 def load(path: str | Path) -> list[dict]:
@@ -77,22 +89,24 @@ def load(path: str | Path) -> list[dict]:
     return trace.get("traceEvents", []) if isinstance(trace, dict) else trace
 
 
-def verdict(role: str, waits: float) -> str:
+def verdict(role: str, waits: float, epilogue: float = 0.0) -> str:
     if role == "producer":
         return LOADS_WAIT if waits >= PRODUCER_WAITS else NEITHER
+    if role == "plain":
+        return EPILOGUE_STOPS if epilogue >= PLAIN_EPILOGUE_SHARE else NEITHER
     return COMPUTE_WAITS if waits >= CONSUMER_WAITS else NEITHER
 
 
 def read(events: Iterable[dict]) -> list[Block]:
     """Per block (in the trace's order), each warp's shares of the block's span and its verdict.
-    Complete ("X") events of the three scopes only; warps that recorded none are left out."""
+    Complete ("X") events of the kernels' scopes only; warps that recorded none are left out."""
     blocks: dict[str, dict[str, dict[str, float]]] = {}
     edges: dict[str, list[float]] = {}
     for e in events:
         if (
             not isinstance(e, dict)
             or e.get("ph") != "X"
-            or e.get("name") not in (SLOT, DATA, EPILOGUE)
+            or e.get("name") not in (SLOT, DATA, EPILOGUE, MAIN_LOOP, PLAIN_EPILOGUE)
         ):
             continue
         pid, tid = str(e.get("pid")), str(e.get("tid"))
@@ -104,17 +118,44 @@ def read(events: Iterable[dict]) -> list[Block]:
     out = []
     for pid, warps in blocks.items():
         span = edges[pid][1] - edges[pid][0]
-        producers, consumers = [], []
+        producers, consumers, plain = [], [], []
         for tid, scopes in warps.items():
             if SLOT in scopes:
                 share = scopes[SLOT] / span if span else 0.0
                 producers.append(Warp(tid, "producer", share, 0.0, verdict("producer", share)))
+            elif MAIN_LOOP in scopes or PLAIN_EPILOGUE in scopes:
+                main = scopes.get(MAIN_LOOP, 0.0) / span if span else 0.0
+                epilogue = scopes.get(PLAIN_EPILOGUE, 0.0) / span if span else 0.0
+                plain.append(Warp(tid, "plain", main, epilogue, verdict("plain", main, epilogue)))
             else:
                 share = scopes.get(DATA, 0.0) / span if span else 0.0
                 epilogue = scopes.get(EPILOGUE, 0.0) / span if span else 0.0
                 consumers.append(Warp(tid, "consumer", share, epilogue, verdict("consumer", share)))
-        out.append(Block(pid, span, tuple(producers), tuple(consumers)))
+        out.append(Block(pid, span, tuple(producers), tuple(consumers), tuple(plain)))
     return out
+
+
+def plain_summary(blocks: list[Block]) -> list[str]:
+    """The hopper kernel's two lines: the median block's main loop and epilogue per warp, and
+    what the epilogue costs a kernel whose warps all compute, then all store."""
+    warps = [w for b in blocks for w in b.plain]
+    with_plain = [b for b in blocks if b.plain]
+    main = statistics.median(statistics.fmean(w.waits for w in b.plain) for b in with_plain)
+    epi = statistics.median(statistics.fmean(w.epilogue for w in b.plain) for b in with_plain)
+    stopped = sum(w.verdict == EPILOGUE_STOPS for w in warps)
+    head = (
+        f"per warp (share of its block's span, median of {len(with_plain)} blocks): main loop "
+        f"{100 * main:.0f}%, epilogue {100 * epi:.0f}% ({len(warps)} warps, all of them both)"
+    )
+    if stopped * 2 > len(warps):
+        meaning = (
+            f"{EPILOGUE_STOPS} ({stopped} of {len(warps)} warps): every warp of a block stores "
+            f"its tile at once, so the tensor cores idle {100 * epi:.0f}% of the span; gluon's "
+            f"pingpong runs one consumer's main loop under the other's epilogue"
+        )
+    else:
+        meaning = "the main loop sets the pace: the epilogue is under a tenth of the span"
+    return [head, "reading: " + meaning]
 
 
 def summary(blocks: list[Block]) -> list[str]:
@@ -123,7 +164,9 @@ def summary(blocks: list[Block]) -> list[str]:
     producers = [w for b in blocks for w in b.producers]
     consumers = [w for b in blocks for w in b.consumers]
     if not producers and not consumers:
-        return ["per warp: no scopes of gluon_geglu.py's kernel in this trace"]
+        if any(b.plain for b in blocks):
+            return plain_summary(blocks)
+        return ["per warp: no scopes of gluon_geglu.py's or fused_geglu.py's kernels in this trace"]
 
     def median_of_blocks(warps_of, field: str) -> float:
         return statistics.median(

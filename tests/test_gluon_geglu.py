@@ -204,7 +204,8 @@ def triton_cdiv(a: int, b: int) -> int:
         (["--kernel", "gluon"], "--kernel gluon needs an SM90 GPU"),
         (["--proton"], "--proton needs an SM90 GPU"),
         (["--kernel", "gluon", "--proton"], "--proton needs an SM90 GPU"),
-        (["--kernel", "hopper", "--proton"], "--proton instruments the gluon kernel only"),
+        (["--kernel", "hopper", "--proton"], "--proton needs an SM90 GPU"),
+        (["--kernel", "plain", "--proton"], "--proton instruments the gluon and hopper kernels"),
     ],
 )
 def test_refused_on_a_cpu_in_one_line(argv, message, tmp_path, capsys):

@@ -134,3 +134,52 @@ def test_command_line_reads_a_saved_trace(capsys):
     assert gluon_proton.main([]) == 2
     assert gluon_proton.main([str(FIXTURE.with_name("absent.chrome_trace"))]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_plain_kernels_warps_read_as_main_loop_then_epilogue():
+    """--proton --kernel hopper: each of a block's warps times its main loop and its epilogue;
+    all of them store at once, so the epilogue's share is the tensor cores' idle share."""
+    main, epi = gluon_proton.MAIN_LOOP, gluon_proton.PLAIN_EPILOGUE
+    events = []
+    for warp in range(8):  # two tiles of 50 units: 40 in the main loop, 10 storing
+        for t0 in (0, 50):
+            events += [
+                span("b", f"warp {warp}", main, t0, 40),
+                span("b", f"warp {warp}", epi, t0 + 40, 10),
+            ]
+    (block,) = gluon_proton.read(events)
+    assert not block.producers and not block.consumers and len(block.plain) == 8
+    assert block.plain[0].waits == pytest.approx(0.8) and block.plain[0].epilogue == pytest.approx(
+        0.2
+    )
+    head, reading = gluon_proton.summary([block])
+    assert "main loop 80%, epilogue 20% (8 warps" in head
+    assert reading.startswith(f"reading: {gluon_proton.EPILOGUE_STOPS} (8 of 8 warps)")
+    for e in events:  # a short epilogue: 48 + 2 per tile
+        e["ts"], e["dur"] = (e["ts"], 48) if e["name"] == main else (e["ts"] + 8, 2)
+    assert "the main loop sets the pace" in gluon_proton.summary(gluon_proton.read(events))[1]
+
+
+def test_the_hopper_kernel_compiles_with_paired_proton_scopes_for_sm90(tmp_path):
+    """What --proton --kernel hopper runs, compiled for sm_90 here with Proton's instrumentation
+    (Proton's hook, the GPU's shared memory given): the unflattened loop's scopes pair and reach
+    the PTX as timer reads; in the flattened loop (the hopper config's own) the compiler's
+    peeling duplicates a start record, which is why record_proton unflattens it."""
+    pytest.importorskip("triton.profiler.language")
+    import os
+    import subprocess
+    import sys
+
+    def compile_(*flags):
+        env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "-".join(flags or ("plain",)))}
+        return subprocess.run(
+            [sys.executable, "-m", "tools.dev.proton_compile", *flags], cwd=ROOT, env=env,
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    plain = compile_()
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    reads = int(re.search(r"timer reads in the PTX: (\d+)", plain.stdout).group(1))
+    assert reads >= 4 and "error:" not in plain.stderr  # two scopes, entered and left
+    flattened = compile_("--flatten")
+    assert "duplicate start record" in flattened.stderr

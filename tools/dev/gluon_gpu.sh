@@ -7,7 +7,7 @@
 # QuACK comes from the carried wheel set under SITE where it is there (tools/carry_wheels.py
 # install .gpu/wheels/part2: quack-kernels 0.6.4 on nvidia-cutlass-dsl 4.6.2), else it is left
 # out, said in one line. Every log goes into OUT_DIR/gluon_gpu.tar.gz; a failing step
-# is reported and the next one runs; the limits add up to 9.3 minutes.
+# is reported and the next one runs; the limits add up to 9.8 minutes.
 #   PYTHONPATH=$PWD bash tools/dev/gluon_gpu.sh OUT_DIR            (PYTHON, SITE: see below)
 set -u
 out=${1:?usage: tools/dev/gluon_gpu.sh OUT_DIR}
@@ -61,12 +61,15 @@ llama="--m 8192 --dim 4096 --hidden 14336"
 step sass 40 $py -m tools.dev.fused_geglu_sass --candidates gluon
 # --graphs: eager do_bench beside CUDA-graph replays and each call's host dispatch (run 1's
 # eager gluon timings carried its launch: 274.8 us of host dispatch per forward on the H200)
-step bench_post 165 $py -m tools.dev.gluon_bench $post --graphs
+step bench_post 150 $py -m tools.dev.gluon_bench $post --graphs
 step bench_llama 130 $py -m tools.dev.gluon_bench $llama --skip-odd
 step lesson_gluon 60 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 \
     --kernel gluon --bench --traces-dir "$traces"
 step proton 45 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --proton \
     --active 1 --traces-dir "$traces/proton"
+# the plain Triton kernel's timeline beside gluon's: main loop and epilogue per warp
+step proton_hopper 45 $py 03_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 \
+    --kernel hopper --proton --active 1 --traces-dir "$traces/proton_hopper"
 step sweep 40 $py -m tools.shape_sweep --shapes 8x128,64x128 --variants fused,fused-gluon \
     --hidden-change 0 --traces-dir "$traces"
 if command -v ncu > /dev/null; then
