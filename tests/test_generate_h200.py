@@ -166,3 +166,17 @@ def test_work_queued_before_the_recording_is_no_steps_idle_or_busy_time():
     part = dict(zip(map(id, trace.steps), idle.split(trace), strict=True))[id(first)]
     assert part["host_wait_us"] < 50 and part["busy_us"] <= first.gpu_sum + 1
     assert 11_000 < part["window_us"] < 12_500
+
+
+def test_single_block_kernels_are_a_finding_with_their_time():
+    """At batch 1 a one-row reduction runs as one block: 66 a token in the autotuned decode
+    (the norms' statistics, the split-K sums fused into them, the head's argmax over 128k
+    logits, 33 us alone), one SM of 132 working for 5% of the GPU's time. A lone one-block
+    kernel of a tiny problem (02_linear at batch 8: 2 us) is not worth a line."""
+    (found,) = [
+        f for f in findings.read(trace_reader.load(AUTOTUNE["H200"])) if f.topic == "one block"
+    ]
+    assert found.message.startswith("66 kernels a step run as a single block (one SM of 132)")
+    assert 200 < found.us < 250 and "argmax" in found.message
+    tiny = trace_reader.load(FOLDER.parent / "02_linear" / "b8_in4_out6_bf16_eager.json.gz")
+    assert not [f for f in findings.read(tiny, everything=True) if f.topic == "one block"]

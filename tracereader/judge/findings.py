@@ -11,7 +11,8 @@ Part 3 (attention) adds: a GEMM run as split-K (two kernels, one GEMM); a 0% occ
 a gap in the profiler's estimate, worked out from the kernel's footprint instead; a fused
 attention kernel whose low occupancy is its design; the copy an out-of-place op makes under
 aten::clone; a mask built again inside every step; float32 work inside a bf16/fp16 run; a
-library's CPU work hidden in one opaque op. Each looks at one step (or each step once): no
+library's CPU work hidden in one opaque op; kernels launched as a single block (one SM of
+the GPU's working: a one-row reduction at batch 1). Each looks at one step (or each step once): no
 question asks about every op against every other.
 """
 

@@ -11,6 +11,7 @@ from tracereader.analyses.casts import cast
 from tracereader.judge.finding import SHOWN_KERNELS, SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
+from tracereader.trace import intervals
 from tracereader.trace.model import (
     DTYPES,
     CpuOp,
@@ -30,6 +31,8 @@ LOW_OCCUPANCY_PCT = 25  # a theoretical occupancy at or below this is low
 
 
 MAIN_KERNEL_SHARE = 0.1  # a kernel with this share of its step's GPU busy time is a main one
+ONE_BLOCK_SHARE = 0.02  # single-block kernels worth a finding: this share of GPU busy time
+ONE_BLOCK_US = 10.0  # and this much a step (a tiny problem's lone kernel is not one)
 
 
 # An op's own CPU time, outside its children and its runtime calls, that makes a library's
@@ -261,6 +264,42 @@ def _low_occupancy_by_design(trace: Trace) -> list[Finding]:
     return out[:SHOWN_KERNELS]
 
 
+def _one_block(trace: Trace) -> Finding | None:
+    """Kernels launched as a single block: one SM works while the rest of the GPU waits, what
+    a one-row reduction becomes at batch 1 (a norm's statistics, a split-K's sum, an argmax
+    over the vocabulary). Per step their time, by union; the median over the steps."""
+    if trace.device is None or not trace.steps:
+        return None
+    times, counts, longest = [], [], {}
+    for step in trace.steps:
+        ones = [i for i in step.gpu if i.kind == "kernel" and _blocks(i) == 1]
+        times.append(intervals.length(intervals.union((i.ts, i.end) for i in ones)))
+        counts.append(len(ones))
+        for item in ones:
+            longest[item.name] = max(longest.get(item.name, 0.0), item.dur)
+    us = statistics.median(times)
+    busy = statistics.median(breakdown.step(s)["gpu_busy_us"] for s in trace.steps)
+    if busy <= 0 or us < max(ONE_BLOCK_US, ONE_BLOCK_SHARE * busy):
+        return None
+    sms = trace.device_properties(0).get("numSms")
+    name, dur = max(longest.items(), key=lambda kv: kv[1])
+    return Finding(
+        "one block",
+        f"{statistics.median_low(counts)} kernels a step run as a single block"
+        + (f" (one SM of {sms})" if isinstance(sms, int) else "")
+        + f": {us:.1f} us a step, {100 * us / busy:.1f}% of its GPU busy time; the longest, "
+        f"{readable(name)}, {dur:.1f} us",
+        us=us,
+        next="more rows per step (a larger batch) share each block's fixed time, or a split "
+        "reduction (blocks over parts of the row, then a small combine)",
+    )
+
+
+def _blocks(item) -> int | None:
+    grid = item.args.get("grid")
+    return math.prod(grid) if isinstance(grid, tuple) else None
+
+
 def _clone_memcpy(trace: Trace) -> list[Finding]:
     """A Memcpy under aten::clone beneath another op: an out-of-place op copying its input."""
     if trace.device is None or not trace.steps:
@@ -467,6 +506,7 @@ def found(trace: Trace) -> list[Finding | None]:
         *_low_occupancy_by_design(trace),
         *_hidden_memcpy(trace),
         *_clone_memcpy(trace),
+        _one_block(trace),
         _mask_rebuilt(trace),
         _upcast(trace),
         *_opaque_library(trace),
