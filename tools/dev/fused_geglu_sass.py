@@ -56,6 +56,8 @@ def compile_sm90(cfg: fused_geglu.Config, dtype: str):
 
     kernel = KERNELS[cfg.path]
     fixed = fused_geglu.constexprs(cfg)
+    if "PROTON" in kernel.arg_names:  # the hopper kernel as it runs: without Proton's scopes
+        fixed["PROTON"] = False
     signature = {
         name: "constexpr" if name in fixed else (f"*{dtype}" if name.endswith("_ptr") else "i32")
         for name in kernel.arg_names
