@@ -180,3 +180,18 @@ def test_single_block_kernels_are_a_finding_with_their_time():
     assert 200 < found.us < 250 and "argmax" in found.message
     tiny = trace_reader.load(FOLDER.parent / "02_linear" / "b8_in4_out6_bf16_eager.json.gz")
     assert not [f for f in findings.read(tiny, everything=True) if f.topic == "one block"]
+
+
+def test_the_per_step_spreads_are_the_decode_steps_with_the_prefill_apart(capsys):
+    """A prefill is another phase, not a slow decode step: the per-step table spreads over the
+    3 decode tokens (GPU busy 4.30-4.33 ms), where over all 4 steps its max was the prefill's
+    12 ms and read as variation."""
+    from tracereader.reading import Reading
+
+    summary = Reading(trace_reader.load(AUTOTUNE["H200"])).summary
+    assert summary["phase"] == "decode" and summary["steps"] == 3
+    assert 4_300 < summary["gpu_busy_us"]["min"] <= summary["gpu_busy_us"]["max"] < 4_400
+    assert explain.main([str(AUTOTUNE["H200"])]) == 0
+    assert "per step (median [min - max] over 3 decode steps; the prefill read apart):" in (
+        capsys.readouterr().out
+    )

@@ -66,8 +66,10 @@ def summary_lines(reading: Reading) -> list[str]:
     unit = "step" if trace.unit == "step" else "window"
     lines = [_header(trace)]
     lines += generation_lines(data.get("generation"))
+    phase = f" {data['phase']}" if data.get("phase") else ""
+    apart = "; the prefill read apart" if phase else ""
     lines.append(
-        f"per {unit} (median [min - max] over {data['steps']} {unit}s):"
+        f"per {unit} (median [min - max] over {data['steps']}{phase} {unit}s{apart}):"
         if trace.unit == "step"
         else "the window:"
     )
