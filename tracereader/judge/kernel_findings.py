@@ -265,9 +265,10 @@ def _low_occupancy_by_design(trace: Trace) -> list[Finding]:
 
 
 def _one_block(trace: Trace) -> Finding | None:
-    """Kernels launched as a single block: one SM works while the rest of the GPU waits, what
-    a one-row reduction becomes at batch 1 (a norm's statistics, a split-K's sum, an argmax
-    over the vocabulary). Per step their time, by union; the median over the steps."""
+    """Kernels launched as a single block: one SM works while the rest of the GPU waits. At
+    batch 1 small work gets one block (a norm, a rotary lookup, a cache write) and so does a
+    reduction over one long row (an argmax over the vocabulary, a split-K's final sum fused
+    into a norm). Per step their time, by union; the median over the steps."""
     if trace.device is None or not trace.steps:
         return None
     times, counts, longest = [], [], {}
@@ -290,8 +291,9 @@ def _one_block(trace: Trace) -> Finding | None:
         + f": {us:.1f} us a step, {100 * us / busy:.1f}% of its GPU busy time; the longest, "
         f"{readable(name)}, {dur:.1f} us",
         us=us,
-        next="more rows per step (a larger batch) share each block's fixed time, or a split "
-        "reduction (blocks over parts of the row, then a small combine)",
+        next="fewer, larger kernels (fusion, CUDA graphs for the launches) or more rows per step "
+        "(a larger batch); for a reduction over one long row, a split reduction (blocks over "
+        "parts of the row, then a small combine)",
     )
 
 
