@@ -145,7 +145,7 @@ def plain_summary(blocks: list[Block]) -> list[str]:
     stopped = sum(w.verdict == EPILOGUE_STOPS for w in warps)
     head = (
         f"per warp (share of its block's span, median of {len(with_plain)} blocks): main loop "
-        f"{100 * main:.0f}%, epilogue {100 * epi:.0f}% ({len(warps)} warps, all of them both)"
+        f"{100 * main:.0f}%, epilogue {100 * epi:.0f}% ({len(warps)} warps)"
     )
     if stopped * 2 > len(warps):
         meaning = (
@@ -154,7 +154,10 @@ def plain_summary(blocks: list[Block]) -> list[str]:
             f"pingpong runs one consumer's main loop under the other's epilogue"
         )
     else:
-        meaning = "the main loop sets the pace: the epilogue is under a tenth of the span"
+        meaning = (
+            f"the main loop sets the pace: {len(warps) - stopped} of {len(warps)} warps spend "
+            "under a tenth of the span in the epilogue"
+        )
     return [head, "reading: " + meaning]
 
 

@@ -153,7 +153,7 @@ def test_the_plain_kernels_warps_read_as_main_loop_then_epilogue():
         0.2
     )
     head, reading = gluon_proton.summary([block])
-    assert "main loop 80%, epilogue 20% (8 warps" in head
+    assert "main loop 80%, epilogue 20% (8 warps)" in head
     assert reading.startswith(f"reading: {gluon_proton.EPILOGUE_STOPS} (8 of 8 warps)")
     for e in events:  # a short epilogue: 48 + 2 per tile
         e["ts"], e["dur"] = (e["ts"], 48) if e["name"] == main else (e["ts"] + 8, 2)

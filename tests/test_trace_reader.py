@@ -497,3 +497,28 @@ def test_a_compiled_run_is_not_checked_against_another_machines_eager_trace(tmp_
         outputs.Outputs(compiled, compiled.with_suffix(".txt")), lesson.EXPECT["compile"]
     )
     assert "GEMM names equal eager's" in capsys.readouterr().out
+
+
+def test_a_reduction_named_like_a_gemv_with_a_small_grid_is_not_one(tmp_path):
+    """Inductor's GEMV reductions spread over hundreds of blocks (256-6144 at 8B); a reduction
+    that only reads a GEMV's output can carry its mm and t in its name (a per-head norm after
+    the qkv GEMV) and launches tens of blocks or one: read as Inductor's, not a GEMM."""
+    import json
+
+    from tracereader.trace import load as trace_load
+
+    name = "triton_red_fused__fused_rms_norm_mm_t_view_8"
+    events = []
+    for i, grid in enumerate(([768, 1, 1], [40, 1, 1])):
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+             "ts": 100 * i, "dur": 3, "args": {"correlation": i + 1}},
+            {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": 100 * i + 10,
+             "dur": 5, "args": {"correlation": i + 1, "stream": 7, "device": 0, "grid": grid,
+                                "block": [128, 1, 1]}},
+        ]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    items = trace_load.load(path).gpu_all
+    assert [i.klass.cls for i in items] == ["gemm", "inductor"]
+    assert items[1].klass.detail == "reduction: _fused_rms_norm + mm + t + view"

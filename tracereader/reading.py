@@ -65,12 +65,14 @@ def _summary(trace: Trace, rows: list[dict]) -> dict:
     # are the decode steps' (the prefill is read apart, in "generation")
     decode = {id(s) for s in generation.split(trace).get("decode", [])}
     phase = "decode" if decode and len(decode) < len(rows) else None
+    steps = trace.steps
     if phase:
         rows = [r for s, r in zip(trace.steps, rows, strict=True) if id(s) in decode]
+        steps = [s for s in trace.steps if id(s) in decode]
     idles = [r["idle_us"] for r in rows]
     groups = sorted({g for r in rows for g in r["by_class_us"]})
     kernels, gpu_total = tops.kernels(trace, TOP + 2)
-    comm_steps = [collectives.step(s, trace) for s in trace.steps] if trace.on_gpu else []
+    comm_steps = [collectives.step(s, trace) for s in steps] if trace.on_gpu else []
     return {
         "steps": len(rows),
         "phase": phase,  # "decode": the spreads below are over the decode steps alone

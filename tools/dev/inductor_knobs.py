@@ -2,7 +2,8 @@
 experiments: INDUCTOR_KNOBS="combo_kernels=1,benchmark_combo_kernel=1" python3 -m
 tools.dev.inductor_knobs 08_generate.py ARGS... Each knob is torch._inductor.config's attribute
 of that name (its type kept: 0/1 for booleans, numbers, else a string); an unknown one stops the
-run in one line."""
+run in one line. A setting the lesson makes itself wins (08_generate --autotune sets coordinate
+descent and combo kernels after these)."""
 
 from __future__ import annotations
 

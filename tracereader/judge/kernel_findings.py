@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from tracereader.analyses import breakdown
+from tracereader.analyses import breakdown, generation
 from tracereader.analyses.casts import cast
 from tracereader.judge.finding import SHOWN_KERNELS, SMALL_STEP, Finding
 from tracereader.names import footprint
@@ -268,28 +268,36 @@ def _one_block(trace: Trace) -> Finding | None:
     """Kernels launched as a single block: one SM works while the rest of the GPU waits. At
     batch 1 small work gets one block (a norm, a rotary lookup, a cache write) and so does a
     reduction over one long row (an argmax over the vocabulary, a split-K's final sum fused
-    into a norm). Per step their time, by union; the median over the steps."""
+    into a norm). Counted per step: their time that no other kernel overlaps (by union;
+    communication kernels, one block by design, left out), the median over the steps, a
+    generation's decode steps alone (its prefill is another phase)."""
     if trace.device is None or not trace.steps:
         return None
-    times, counts, longest = [], [], {}
-    for step in trace.steps:
-        ones = [i for i in step.gpu if i.kind == "kernel" and _blocks(i) == 1]
-        times.append(intervals.length(intervals.union((i.ts, i.end) for i in ones)))
+    phases = generation.split(trace)
+    steps = phases["decode"] if phases else trace.steps
+    times, counts, longest = [], [], None  # longest: the longest one-block kernel seen
+    for step in steps:
+        kernels = [i for i in step.gpu if i.kind == "kernel" and i.klass.cls != "collective"]
+        ones = [i for i in kernels if _blocks(i) == 1]
+        alone_ids = {id(i) for i in ones}
+        others = intervals.union((i.ts, i.end) for i in step.gpu if id(i) not in alone_ids)
+        alone = intervals.subtract(intervals.union((i.ts, i.end) for i in ones), others)
+        times.append(intervals.length(alone))
         counts.append(len(ones))
         for item in ones:
-            longest[item.name] = max(longest.get(item.name, 0.0), item.dur)
+            if longest is None or item.dur > longest.dur:
+                longest = item
     us = statistics.median(times)
-    busy = statistics.median(breakdown.step(s)["gpu_busy_us"] for s in trace.steps)
+    busy = statistics.median(breakdown.step(s)["gpu_busy_us"] for s in steps)
     if busy <= 0 or us < max(ONE_BLOCK_US, ONE_BLOCK_SHARE * busy):
         return None
-    sms = trace.device_properties(0).get("numSms")
-    name, dur = max(longest.items(), key=lambda kv: kv[1])
+    sms = trace.device_properties(longest.args.get("device", 0)).get("numSms")
     return Finding(
         "one block",
         f"{statistics.median_low(counts)} kernels a step run as a single block"
         + (f" (one SM of {sms})" if isinstance(sms, int) else "")
-        + f": {us:.1f} us a step, {100 * us / busy:.1f}% of its GPU busy time; the longest, "
-        f"{readable(name)}, {dur:.1f} us",
+        + f", {us:.1f} us a step that no other kernel overlaps ({100 * us / busy:.1f}% of "
+        f"its GPU busy time); the longest, {readable(longest.name)}, {longest.dur:.1f} us",
         us=us,
         next="fewer, larger kernels (fusion, CUDA graphs for the launches) or more rows per step "
         "(a larger batch); for a reduction over one long row, a split reduction (blocks over "

@@ -448,6 +448,20 @@ def _gemm(name: str, subject: str = "") -> KernelClass:
 
 
 _INDUCTOR_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm"})
+GEMV_REDUCTION = "Inductor reduction (a matrix-vector product)"
+# A GEMV's reduction spreads its output rows over many blocks (256-6144 in 08_generate's
+# decode at 8B); a reduction that merely reads the GEMV's output and carries its mm and t in
+# its name (a per-head norm after the qkv GEMV: tens of blocks, or one) has fewer: the loader
+# reads those as Inductor's (inductor_reduction)
+GEMV_MIN_BLOCKS = 64
+
+
+def inductor_reduction(name: str) -> KernelClass:
+    """An Inductor reduction named like a GEMV whose grid is too small to be one."""
+    found = _INDUCTOR.match(name)
+    ops = decode_fused_ops(found.group(3)) if found else []
+    facts = {"kind": _INDUCTOR_KINDS[found.group(1)], "fused_ops": ops} if found else {}
+    return KernelClass("inductor", f"reduction: {' + '.join(ops)}", facts)
 
 
 def _inductor(name: str) -> KernelClass:
@@ -465,7 +479,7 @@ def _inductor(name: str) -> KernelClass:
         # row, as max-autotune's decode step does: x[1, K] * W^T summed over K), whatever
         # norm or activation Inductor fused in; a reduction that only reads an mm's result
         # (a norm's statistics, an argmax) has no t and stays Inductor's
-        return KernelClass("gemm", "Inductor reduction (a matrix-vector product)", facts)
+        return KernelClass("gemm", GEMV_REDUCTION, facts)
     if kind == "tem" and ("flex_attention" in ops or "flex_decoding" in ops):
         # FlexAttention's kernel is an Inductor template; the reductions that combine its
         # split results (triton_per_..._flex_attention_...) stay Inductor's

@@ -12,9 +12,10 @@ JSON (`--json`): SCHEMA_VERSION 2, `{"schema_version", "traces": [one per rank]}
 temporal breakdown over the whole trace), `steps_window` (the same keys over the GPU work the
 recorded steps launched, HTA's scope on a trace with steps; null without steps), `summary`
 (everything the text summary shows; `modules`, the nn.Module tree with each module's CPU and
-GPU time, is null without module events: an added key, so the schema stays 2), `steps` (every
-step in full: GPU work with footprints, CPU ops) and `findings` (all of them, with the time
-at stake; `shown` false for those the text leaves out).
+GPU time, is null without module events; `phase`, "decode" where a generation's per-step
+spreads are over its decode steps alone, else null: added keys, so the schema stays 2),
+`steps` (every step in full: GPU work with footprints, CPU ops) and `findings` (all of them,
+with the time at stake; `shown` false for those the text leaves out).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def summary_lines(reading: Reading) -> list[str]:
     lines = [_header(trace)]
     lines += generation_lines(data.get("generation"))
     phase = f" {data['phase']}" if data.get("phase") else ""
-    apart = "; the prefill read apart" if phase else ""
+    recorded = f" of the {len(trace.steps)} recorded" if phase else ""
     lines.append(
-        f"per {unit} (median [min - max] over {data['steps']}{phase} {unit}s{apart}):"
+        f"per {unit} (median [min - max] over {data['steps']}{phase} {unit}s{recorded}):"
         if trace.unit == "step"
         else "the window:"
     )

@@ -32,6 +32,7 @@ import codecs
 import gc
 import gzip
 import json
+import math
 import os
 import re
 import stat
@@ -42,7 +43,12 @@ from types import MappingProxyType
 
 from tracereader.names import footprint
 from tracereader.names.kernel_classes import KernelClass
-from tracereader.names.kernel_names import classify
+from tracereader.names.kernel_names import (
+    GEMV_MIN_BLOCKS,
+    GEMV_REDUCTION,
+    classify,
+    inductor_reduction,
+)
 
 # The model, re-exported: `load.Trace` and friends are what callers of load() handle.
 from tracereader.trace.model import (  # noqa: F401
@@ -122,6 +128,12 @@ MAX_DUR = 1e13
 
 class TraceError(Exception):
     """The file is not a readable profiler trace."""
+
+
+def _blocks(args) -> float:
+    """A kernel's blocks (its grid's product); infinite where the trace does not say."""
+    grid = args.get("grid")
+    return math.prod(grid) if isinstance(grid, tuple | list) else float("inf")
 
 
 def load(path: str | Path, memory: bool = False) -> Trace:
@@ -583,4 +595,6 @@ class _Events:
         klass = self._classes.get(name)
         if klass is None:
             klass = self._classes[name] = classify(name)
+        if klass.detail == GEMV_REDUCTION and _blocks(kept) < GEMV_MIN_BLOCKS:
+            klass = inductor_reduction(name)  # a norm reading a GEMV, not the GEMV
         self.items.append(GpuItem(name, kind, ts, dur, klass, kept, corr))
