@@ -63,12 +63,11 @@ def _spread(values: list[float]) -> dict:
 def _summary(trace: Trace, rows: list[dict]) -> dict:
     # A generation's prefill is another phase, not a slow decode step: the per-step spreads
     # are the decode steps' (the prefill is read apart, in "generation")
-    decode = {id(s) for s in generation.split(trace).get("decode", [])}
-    phase = "decode" if decode and len(decode) < len(rows) else None
-    steps = trace.steps
+    steps = generation.decode_only(trace).steps
+    phase = "decode" if len(steps) < len(trace.steps) else None
     if phase:
-        rows = [r for s, r in zip(trace.steps, rows, strict=True) if id(s) in decode]
-        steps = [s for s in trace.steps if id(s) in decode]
+        kept = {id(s) for s in steps}
+        rows = [r for s, r in zip(trace.steps, rows, strict=True) if id(s) in kept]
     idles = [r["idle_us"] for r in rows]
     groups = sorted({g for r in rows for g in r["by_class_us"]})
     kernels, gpu_total = tops.kernels(trace, TOP + 2)

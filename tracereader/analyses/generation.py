@@ -37,6 +37,15 @@ def split(trace: Trace) -> dict[str, list[Step]]:
     return found if found["decode"] else {}
 
 
+def decode_only(trace: Trace) -> Trace:
+    """A generation's decode steps alone (the trace itself otherwise): its prefill step is
+    another kind of step, not a cold start, a recompile or a variation of decode's. Their
+    windows are those of the whole trace: the decode steps follow the prefill, one after
+    another."""
+    phases = split(trace)
+    return trace.with_steps(phases["decode"]) if phases else trace
+
+
 def launch_calls(step: Step) -> Counter:
     """The runtime calls of a step that put work on the GPU: graph, kernel, copy."""
     kinds: Counter = Counter()

@@ -157,7 +157,7 @@ def _split_k(trace: Trace) -> list[Finding]:
             continue
         seen.add((gemm.name, item.name))
         grid = gemm.args.get("grid")
-        blocks = math.prod(grid) if isinstance(grid, tuple) else None
+        blocks = footprint.blocks(gemm.args)
         sms = trace.device_properties(gemm.args.get("device", 0)).get("numSms")
         here = (
             f"here a grid of {blocks} block{'s' if blocks != 1 else ''}, {_dims(grid)}"
@@ -273,12 +273,11 @@ def _one_block(trace: Trace) -> Finding | None:
     generation's decode steps alone (its prefill is another phase)."""
     if trace.device is None or not trace.steps:
         return None
-    phases = generation.split(trace)
-    steps = phases["decode"] if phases else trace.steps
+    steps = generation.decode_only(trace).steps
     times, counts, longest = [], [], None  # longest: the longest one-block kernel seen
     for step in steps:
         kernels = [i for i in step.gpu if i.kind == "kernel" and i.klass.cls != "collective"]
-        ones = [i for i in kernels if _blocks(i) == 1]
+        ones = [i for i in kernels if footprint.blocks(i.args) == 1]
         alone_ids = {id(i) for i in ones}
         others = intervals.union((i.ts, i.end) for i in step.gpu if id(i) not in alone_ids)
         alone = intervals.subtract(intervals.union((i.ts, i.end) for i in ones), others)
@@ -303,11 +302,6 @@ def _one_block(trace: Trace) -> Finding | None:
         "(a larger batch); for a reduction over one long row, a split reduction (blocks over "
         "parts of the row, then a small combine)",
     )
-
-
-def _blocks(item) -> int | None:
-    grid = item.args.get("grid")
-    return math.prod(grid) if isinstance(grid, tuple) else None
 
 
 def _clone_memcpy(trace: Trace) -> list[Finding]:

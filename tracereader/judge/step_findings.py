@@ -409,13 +409,6 @@ def _variation(trace: Trace) -> Finding | None:
     )
 
 
-def _decode(trace: Trace) -> Trace:
-    """A generation's decode steps alone (the trace itself otherwise): its prefill step is
-    another kind of step, not a cold start, a recompile or a variation of decode's."""
-    phases = generation.split(trace)
-    return trace.with_steps(phases["decode"]) if phases else trace
-
-
 def _generation(trace: Trace) -> Finding | None:
     """Per decode token: launch-bound (the GPU waits on the host) or GPU-bound."""
     g = generation.read(trace)
@@ -455,11 +448,11 @@ def first(trace: Trace) -> list[Finding | None]:
         _generation(trace),
         _syncs(trace),
         _exposed_comm(trace),
-        _cold_start(_decode(trace)),
+        _cold_start(generation.decode_only(trace)),
     ]
 
 
 def last(trace: Trace) -> list[Finding | None]:
     """The rules ranked after the kernels'."""
-    decode = _decode(trace)
+    decode = generation.decode_only(trace)
     return [*_compile_rows(decode), _end_sync(trace), _variation(decode)]

@@ -111,6 +111,11 @@ def _dims(value) -> int | None:
     return None
 
 
+def blocks(args) -> int | None:
+    """A kernel's blocks (its grid's product), None where the trace does not record its grid."""
+    return _dims(args.get("grid"))
+
+
 def rounded(pct: float) -> int:
     """A percentage as the profiler writes it: (int)(0.5 + x), so 12.5 becomes 13."""
     return int(0.5 + pct)

@@ -32,7 +32,6 @@ import codecs
 import gc
 import gzip
 import json
-import math
 import os
 import re
 import stat
@@ -128,12 +127,6 @@ MAX_DUR = 1e13
 
 class TraceError(Exception):
     """The file is not a readable profiler trace."""
-
-
-def _blocks(args) -> float:
-    """A kernel's blocks (its grid's product); infinite where the trace does not say."""
-    grid = args.get("grid")
-    return math.prod(grid) if isinstance(grid, tuple | list) else float("inf")
 
 
 def load(path: str | Path, memory: bool = False) -> Trace:
@@ -595,6 +588,6 @@ class _Events:
         klass = self._classes.get(name)
         if klass is None:
             klass = self._classes[name] = classify(name)
-        if klass.detail == GEMV_REDUCTION and _blocks(kept) < GEMV_MIN_BLOCKS:
-            klass = inductor_reduction(name)  # a norm reading a GEMV, not the GEMV
+        if klass.detail == GEMV_REDUCTION and (footprint.blocks(kept) or 1e9) < GEMV_MIN_BLOCKS:
+            klass = inductor_reduction(name)  # a norm reading a GEMV, not the GEMV (no grid: kept)
         self.items.append(GpuItem(name, kind, ts, dur, klass, kept, corr))
