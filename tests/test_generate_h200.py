@@ -194,6 +194,10 @@ def test_the_per_step_spreads_are_the_decode_steps_with_the_prefill_apart(capsys
     summary = Reading(trace_reader.load(AUTOTUNE["H200"])).summary
     assert summary["phase"] == "decode" and summary["steps"] == 3
     assert 4_300 < summary["gpu_busy_us"]["min"] <= summary["gpu_busy_us"]["max"] < 4_400
+    # the verdict reads the same steps: its window is the table's (over all 4 it read 4455 us)
+    (bound,) = [f for f in findings.read(trace_reader.load(AUTOTUNE["H200"])) if f.topic == "bound"]
+    window = summary["idle_us"]["window_us"]["median"]
+    assert f"of its {window:.0f} us window per step" in bound.message
     assert explain.main([str(AUTOTUNE["H200"])]) == 0
     assert "per step (median [min - max] over 3 decode steps of the 4 recorded):" in (
         capsys.readouterr().out

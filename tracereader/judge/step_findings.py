@@ -444,7 +444,7 @@ def first(trace: Trace) -> list[Finding | None]:
     """The rules ranked before the kernels' (ties keep this order)."""
     return [
         _allocator(trace),
-        _bound(trace),
+        _bound(generation.decode_only(trace)),  # the per-step table's steps, its figures
         _generation(trace),
         _syncs(trace),
         _exposed_comm(trace),
