@@ -33,3 +33,23 @@ def test_an_unknown_knob_stops_the_run_in_one_line(tmp_path):
     proc = knobs(tmp_path, "combo_kernel=1")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == "error: torch._inductor.config has no combo_kernel"
+
+
+def test_a_value_of_the_wrong_type_or_a_missing_script_stops_in_one_line(tmp_path):
+    for knobs_value, script, said in (
+        ("combo_kernels=yes please", None, "'yes please' is not 0, 1, true or false"),
+        ("compile_threads=many", None, "compile_threads: invalid literal"),
+        ("combo_kernels=1", tmp_path / "absent.py", "no script"),
+    ):
+        env = {**os.environ, "INDUCTOR_KNOBS": knobs_value}
+        target = script or (tmp_path / "show.py")
+        target.parent.mkdir(exist_ok=True)
+        if script is None:
+            target.write_text("print('ran')\n")
+        proc = subprocess.run(
+            [sys.executable, "-m", "tools.dev.inductor_knobs", str(target)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 2 and "ran" not in proc.stdout
+        assert len(errors) == 1 and said in errors[0], proc.stderr

@@ -43,12 +43,18 @@ def main() -> int:
     p.add_argument("--fuse", action="store_true")
     p.add_argument("--attention", default="sdpa", choices=list(llama.ATTENTION))
     args = p.parse_args()
+    cfg = llama.PRESETS[args.preset]
+    if not (
+        0 < args.prompt and 0 < args.new_tokens and args.prompt + args.new_tokens <= cfg.context
+    ):
+        print(f"error: --prompt and --new-tokens: positive, at most {cfg.context} together",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if not torch.cuda.is_available():
         print("error: decode_ncu needs a CUDA GPU", file=sys.stderr)
         return 2
     g = lesson()
     run = cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
-    cfg = llama.PRESETS[args.preset]
     max_len = -(-(args.prompt + args.new_tokens - 1) // 16) * 16
     v = g.Variant(cfg, 1, args.prompt, max_len, "static", "ours", args.compile,
                   args.cuda_graphs, args.fuse, args.attention, args.autotune)  # fmt: skip

@@ -11,10 +11,15 @@ import os
 import runpy
 import sys
 
+BOOLEANS = {"1": True, "true": True, "0": False, "false": False}
+
 
 def _value(old, text: str):
+    """text as old's type; ValueError for one it cannot be."""
     if isinstance(old, bool):
-        return text not in ("0", "false", "False", "")
+        if text.lower() not in BOOLEANS:
+            raise ValueError(f"{text!r} is not 0, 1, true or false")
+        return BOOLEANS[text.lower()]
     return type(old)(text) if isinstance(old, (int, float)) else text
 
 
@@ -32,8 +37,15 @@ def main() -> int:
         if owner is None or not hasattr(owner, attr):
             print(f"error: torch._inductor.config has no {name}", file=sys.stderr)
             return 2
-        setattr(owner, attr, _value(getattr(owner, attr), text))
+        try:
+            setattr(owner, attr, _value(getattr(owner, attr), text))
+        except ValueError as err:
+            print(f"error: INDUCTOR_KNOBS {name}: {err}", file=sys.stderr)
+            return 2
         print(f"inductor knob: {name} = {getattr(owner, attr)!r}", file=sys.stderr)
+    if not os.path.isfile(sys.argv[1]):
+        print(f"error: no script {sys.argv[1]}", file=sys.stderr)
+        return 2
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")
     return 0
