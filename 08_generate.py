@@ -24,9 +24,11 @@ v with one GEMM and gate, up with another (the same weights: at one row per sequ
 GEMM cannot keep the memory busy, a larger one can); `--attention split` runs decode's attention
 through decode_attention.py's Triton kernels, which split the cache across the SMs and read only
 the positions written (SDPA's kernels give each key/value head to one block: 8 blocks at batch
-1); `--attention flex` through FlexAttention. `--impl hf` runs the same weights through
-transformers' LlamaForCausalLM and its `generate` with a static cache (compiled by transformers
-itself on a GPU, into CUDA graphs).
+1); `--attention flex` through FlexAttention; `--gemv` (batch 1, with --fuse) runs each of a
+token's projections as decode_gemv.py's Triton GEMV, its RMSNorm or SiLU gate and its residual
+add inside it, on tiles fixed per shape rather than tuned on the machine. `--impl hf` runs the
+same weights through transformers' LlamaForCausalLM and its `generate` with a static cache
+(compiled by transformers itself on a GPU, into CUDA graphs).
 
 Guess first. Per recorded step, with L layers, batch B and a prompt of P tokens:
   prefill  7L + 1 GEMMs (4L + 1 with --fuse): the layers' with M = B x P rows, the head's with
@@ -52,7 +54,9 @@ there (its token and ours within the dtype's tolerance): rounding, not a bug.
     uv run 08_generate.py --fuse --attention flex --compile
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --cuda-graphs --bench
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
-        --fuse --attention split --autotune --bench      (the fastest this lesson goes)
+        --fuse --attention split --autotune --bench
+    uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
+        --fuse --attention split --gemv --bench
         (a GPU: tools/dev/generate_gpu.sh runs eager, compile, CUDA graphs, hf and the sweep)
 """
 
@@ -63,6 +67,7 @@ import torch
 from torch.profiler import profile, record_function, schedule
 
 import decode_attention
+import decode_gemv
 import llama
 import tracereader
 from common import cli, outputs, profiling
@@ -82,6 +87,7 @@ def events_per_step(layers: int) -> int:
 
 
 OP_SPLIT = "profiling_pytorch::decode_attention"  # --attention split's op, at one query
+OP_GEMV = "profiling_pytorch::decode_gemv"  # --gemv's op, decode's projections at batch 1
 ANNOTATION = "decode"  # each new token's step; the prompt's is "prefill"
 PHASES = ("prefill", "decode")
 # The first divergence from the reference is rounding when the reference itself scores our
@@ -104,6 +110,7 @@ class Variant:
     fused: bool = False  # q, k, v in one GEMM, gate and up in another
     attention: str = "sdpa"
     autotune: bool = False
+    gemv: bool = False  # decode's projections as decode_gemv.py's GEMVs (batch 1)
 
 
 # --- the key/value caches: what attention writes, then reads ------------------------------
@@ -341,7 +348,8 @@ def _host_ops(v: Variant, phase: str) -> tuple[str, ...]:
     split = OP_SPLIT if phase == "decode" else sdpa
     attend = {"flex": "Torch-Compiled*", "split": split}.get(v.attention, sdpa)
     write = ("aten::index_put_",) if v.cache == "static" else ()  # dynamic: torch.cat
-    return (phase, "aten::mm", attend, *write)
+    gemm = OP_GEMV if v.gemv and phase == "decode" else "aten::mm"
+    return (phase, gemm, attend, *write)
 
 
 def _gemm_count(v: Variant) -> dict:
@@ -516,6 +524,10 @@ def parse(argv):
                         "FlexAttention, compiled by Inductor; split: decode's attention split "
                         "across the SMs by decode_attention.py's Triton kernels (a GPU, or "
                         "TRITON_INTERPRET=1) (default: sdpa)")  # fmt: skip
+    parser.add_argument("--gemv", action="store_true",
+                        help="with --fuse, batch 1: each decode projection one Triton GEMV "
+                        "(decode_gemv.py) with its RMSNorm or SiLU gate and residual add "
+                        "inside, tiles fixed per shape (a GPU, or TRITON_INTERPRET=1)")  # fmt: skip
     parser.add_argument("--autotune", action="store_true",
                         help="with --compile: Inductor times its own GEMM kernels against "
                         "cuBLAS for every shape, tunes its kernels' tiles and launches "
@@ -538,10 +550,13 @@ def parse(argv):
         raise cli.UsageError("--compile and --cuda-graphs need --cache static: a growing cache "
                              "changes the step's shapes every token")  # fmt: skip
     if args.impl == "hf" and (args.compile or args.cuda_graphs or args.cache == "dynamic"
-                              or args.fuse or args.attention != "sdpa"):  # fmt: skip
+                              or args.fuse or args.attention != "sdpa" or args.gemv):  # fmt: skip
         raise cli.UsageError("--impl hf runs transformers' generate as it comes (static cache, "
                              "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
-                             "--cache dynamic, --fuse, --attention")  # fmt: skip
+                             "--cache dynamic, --fuse, --attention, --gemv")  # fmt: skip
+    if args.gemv and (not args.fuse or args.batch != 1):
+        raise cli.UsageError("--gemv reads the fused projections of one sequence: add --fuse, "
+                             "at --batch 1")  # fmt: skip
     if args.autotune and not args.compile:
         raise cli.UsageError("--autotune tunes what torch.compile generates: add --compile")
     if args.cuda_graphs:
@@ -565,9 +580,10 @@ def bytes_needed(cfg: llama.Config, batch, prompt, new_tokens, elt, *, reference
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
-    why = args.attention == "split" and decode_attention.usable(run.device, args.compile)
-    if why:
-        raise cli.UsageError(why)
+    for flag, wanted in (("--attention split", args.attention == "split"), ("--gemv", args.gemv)):
+        why = wanted and decode_attention.usable(run.device, args.compile, flag)
+        if why:
+            raise cli.UsageError(why)
     cfg, elt = llama.PRESETS[args.preset], cli.element_size(run)
     sizes = (args.prompt, args.new_tokens, elt)
     need = bytes_needed(cfg, args.batch, *sizes, reference=True)
@@ -580,10 +596,10 @@ def main(argv=None) -> int:
     # transformers compiles its generate on a GPU (static cache: into CUDA graphs) by itself
     compiled = args.compile or (args.impl == "hf" and run.on_gpu)
     v = Variant(cfg, args.batch, args.prompt, max_len, args.cache, args.impl, compiled,
-                args.cuda_graphs, args.fuse, args.attention, args.autotune)  # fmt: skip
+                args.cuda_graphs, args.fuse, args.attention, args.autotune, args.gemv)  # fmt: skip
     mode = "hf" if v.impl == "hf" else args.cache + ("_graphs" if args.cuda_graphs else "")
     mode += "_fused" * args.fuse + f"_{args.attention}" * (args.attention != "sdpa")
-    mode += "_autotune" * args.autotune
+    mode += "_gemv" * args.gemv + "_autotune" * args.autotune
     tag = outputs.run_tag(f"{args.preset}_b{args.batch}_p{args.prompt}_n{args.new_tokens}",
                           args, run, extra=mode)  # fmt: skip
     out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
@@ -610,6 +626,8 @@ def main(argv=None) -> int:
         model.attend = llama.ATTENTION[v.attention]
         if v.fused:
             model.fuse_projections()
+        if v.gemv:
+            model.decode = decode_gemv.decode
     generation = Generation(v, model, prompt, args.new_tokens, run)
     tokens = profiling.warm_up(lambda: generation(args.new_tokens), run, compiling=args.compile)
     agree(tokens, ref_tokens, ref_logits, run.dtype)

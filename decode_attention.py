@@ -143,16 +143,14 @@ def _(q, k, v, pos):
     return q.new_empty(q.shape)
 
 
-def usable(device: torch.device, compiled: bool) -> str | None:
-    """Why these kernels cannot run here, or None: a CUDA GPU; on a CPU Triton's interpreter,
-    uncompiled (Inductor would trace into the kernels, which the interpreter runs in NumPy)."""
+def usable(device: torch.device, compiled: bool, flag: str = "--attention split") -> str | None:
+    """Why the flag's Triton kernels (these, or decode_gemv's) cannot run here, or None: a CUDA
+    GPU; on a CPU Triton's interpreter, uncompiled (Inductor would trace into the kernels,
+    which the interpreter runs in NumPy)."""
     if device.type == "cuda":
         return None
     if not INTERPRETING:
-        return "--attention split runs Triton kernels: a CUDA GPU, or TRITON_INTERPRET=1 on a CPU"
+        return f"{flag} runs Triton kernels: a CUDA GPU, or TRITON_INTERPRET=1 on a CPU"
     if compiled:
-        return (
-            "--attention split with --compile needs a CUDA GPU (Triton's interpreter runs it "
-            "eagerly)"
-        )
+        return f"{flag} with --compile needs a CUDA GPU (Triton's interpreter runs it eagerly)"
     return None

@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     paths = sys.argv[1:] if argv is None else argv
+    if paths in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
     if len(paths) != 1:
         print(
             "usage: python gluon_proton.py TRACE (a Proton .chrome_trace, or .gz)", file=sys.stderr

@@ -140,22 +140,26 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.dim, kv, bias=False)
         self.v_proj = nn.Linear(cfg.dim, kv, bias=False)
         self.o_proj = nn.Linear(cfg.heads * hd, cfg.dim, bias=False)
+        self.sizes = [cfg.heads * hd, kv, kv]  # q's, k's and v's columns of a fused qkv
 
     def forward(self, x, positions, rope, cache, layer: int, mask, attend) -> torch.Tensor:
-        b, s, _ = x.shape
-        c = self.cfg
         if hasattr(self, "qkv_proj"):  # fused: one GEMM, its output split in three
-            kv = c.kv_heads * c.head_dim
-            q, k, v = self.qkv_proj(x).split([c.heads * c.head_dim, kv, kv], dim=-1)
+            q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.o_proj(self.mix(q, k, v, positions, rope, cache, layer, mask, attend))
+
+    def mix(self, q, k, v, positions, rope, cache, layer: int, mask, attend) -> torch.Tensor:
+        """The projections [b, s, *] to heads, rotated, cached, attended: [b, s, heads x hd]."""
+        b, s, _ = q.shape
+        c = self.cfg
         q = q.view(b, s, c.heads, c.head_dim).transpose(1, 2)
         k = k.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
         v = v.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
         q, k = rope(q, positions), rope(k, positions)
         k, v = cache.update(layer, k, v, positions)  # written, then every key and value so far
         a = attend(q, k, v, positions, mask)  # [b, heads, s, hd], maybe strided
-        return self.o_proj(a.transpose(1, 2).reshape(b, s, -1))
+        return a.transpose(1, 2).reshape(b, s, -1)
 
 
 class MLP(nn.Module):
@@ -206,6 +210,7 @@ class Llama(nn.Module):
         self.model = Decoder(cfg)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
         self.rope = Rope(cfg, max_len)
+        self.decode = None  # a forward for one token of one sequence (decode_gemv.decode)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
         """tokens [batch, seq] at `positions` [seq] (a tensor, so that a CUDA graph can replay
@@ -213,6 +218,8 @@ class Llama(nn.Module):
         x = self.model.embed_tokens(tokens)
         # [seq, keys]: which cached keys each position sees (FlexAttention computes its own)
         mask = None if self.attend is flex else cache.mask(positions)
+        if self.decode is not None and tokens.numel() == 1:
+            return self.decode(self, x, positions, cache, mask)
         for i, layer in enumerate(self.model.layers):
             h = layer.input_layernorm(x)
             x = x + layer.self_attn(h, positions, self.rope, cache, i, mask, self.attend)

@@ -9,6 +9,7 @@ import time
 from common import outputs, profiling
 from common.cli import Run
 from common.measuring import timing
+from tracereader.analyses.generation import WORDS
 
 
 def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5):
@@ -55,7 +56,8 @@ def batches(text: str) -> list[int]:
 
 
 def print_reading(g: dict | None, floor: float | None) -> None:
-    """The reader's reading of the phases: per token, and launch- or bandwidth-bound."""
+    """The reader's reading of the phases: per token, and its verdict (launch-bound,
+    balanced, GPU- and so at a small batch bandwidth-bound)."""
     if g is None:
         print("generation: no decode step in the trace")
         return
@@ -74,6 +76,9 @@ def print_reading(g: dict | None, floor: float | None) -> None:
     if g["bound"] == "launch":
         print("  -> launch-bound: the host cannot issue the kernels as fast as the GPU runs "
               "them; CUDA graphs replay a token's kernels with one launch")  # fmt: skip
+    elif g["bound"] != "gpu":
+        print(f"  -> {WORDS[g['bound']]}: the host's part ({wait / per:.0%}) and the GPU's "
+              "both count; CUDA graphs take the launches, not the loop's own CPU work")  # fmt: skip
     else:
         near = f" (its busy time {d['gpu_busy_us'] / 1e6 / floor:.2f}x the floor)" if floor else ""
         print(f"  -> GPU-bound{near}, and at a small batch bandwidth-bound: more sequences "

@@ -161,6 +161,46 @@ print("split ok")
 
 
 @pytest.mark.slow
+def test_decode_gemvs_give_the_linears_result_and_the_references_tokens(tmp_path):
+    """decode_gemv.py's kernel under Triton's interpreter (a subprocess, as above): each
+    prologue (none, RMSNorm, SiLU gate) and the residual against torch at odd sizes (rows and
+    K not multiples of the tiles, in float32 and bf16); then the lesson with --gemv holds the
+    float32 reference's tokens, its decode steps calling the op and no aten::mm."""
+    code = """
+import torch, torch.nn.functional as F, decode_gemv
+torch.manual_seed(0)
+for n, k, dtype in [(37, 100, torch.float32), (8, 512, torch.float32), (130, 1030, torch.bfloat16)]:
+    x, w = torch.randn(1, 1, 2 * k, dtype=dtype), torch.randn(n, k, dtype=dtype) / k**0.5
+    r = torch.randn(1, 1, n, dtype=dtype)
+    norm = torch.nn.RMSNorm(k, eps=1e-5).to(dtype)
+    norm.weight.data = torch.rand(k, dtype=dtype) + 0.5
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
+    xk, f = x[..., :k].contiguous(), lambda t: t.float()
+    gate, up = x.float().chunk(2, -1)
+    cases = [(decode_gemv.gemv(xk, w), F.linear(f(xk), f(w))),
+             (decode_gemv.gemv(xk, w, norm=norm, residual=r),
+              F.linear(norm.float()(f(xk)), f(w)) + f(r)),
+             (decode_gemv.gemv(x, w, gate=True, residual=r),
+              F.linear(F.silu(gate) * up, f(w)) + f(r))]
+    for got, want in cases:
+        torch.testing.assert_close(got, want.to(dtype), **tol)
+print("gemv ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and "gemv ok" in proc.stdout, proc.stderr[-3000:]
+    argv = [*SMALL, "--strict", "--traces-dir", str(tmp_path), "--fuse", "--gemv"]
+    proc = subprocess.run([sys.executable, f"{SCRIPT}.py", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "1 of 1 sequences give the float32 reference's 6 greedy tokens" in proc.stdout
+    decode = proc.stdout.split("\ndecode:", 1)[1]
+    assert "ok        CPU op profiling_pytorch::decode_gemv  seen: in every step" in decode
+    assert "aten::mm" not in decode.split("all as expected", 1)[0]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kernels",
     [[], ["--fuse", "--attention", "flex"]],
@@ -291,12 +331,13 @@ def gpu_generation_trace(path, *, host_gap_us: float, graphs: bool) -> None:
         cpu("decode", t0 + 1, 190, cat="user_annotation")
         if graphs:
             launch = call("cudaGraphLaunch", t0 + 2)
-            for i in range(4):
-                kernel(t0 + 10 + 40 * i, 40, launch)
+            for i in range(4):  # the GPU's work fills the token: GPU-bound
+                kernel(t0 + 5 + 48 * i, 48, launch)
         else:
             for i in range(4):
-                start = t0 + 2 + i * (host_gap_us + 5)
-                kernel(start + host_gap_us, 5, call("cudaLaunchKernel", start))
+                # the host busy host_gap_us before each launch; the kernel starts right after
+                start = t0 + 2 + i * (host_gap_us + 5) + host_gap_us
+                kernel(start + 3, 5, call("cudaLaunchKernel", start))
     trace = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
              "traceEvents": events}  # fmt: skip
     path.write_bytes(gzip.compress(json.dumps(trace).encode()))
@@ -337,6 +378,10 @@ def test_a_graph_replayed_decode_is_gpu_bound_and_told_to_batch(tmp_path):
         (["--impl", "hf", "--compile"], "--impl hf runs transformers' generate as it comes"),
         (["--impl", "hf", "--fuse"], "--impl hf runs transformers' generate as it comes"),
         (["--attention", "split"], "--attention split runs Triton kernels"),
+        (["--gemv", "--fuse"], "--gemv runs Triton kernels"),
+        (["--gemv"], "--gemv reads the fused projections of one sequence"),
+        (["--gemv", "--fuse", "--batch", "2"], "--gemv reads the fused projections"),
+        (["--impl", "hf", "--gemv"], "--impl hf runs transformers' generate as it comes"),
         (["--autotune"], "add --compile"),
         (["--attention", "paged"], "invalid choice"),
         (["--sweep-batch", "1,x"], "not a list of positive batches"),

@@ -202,3 +202,59 @@ def test_the_per_step_spreads_are_the_decode_steps_with_the_prefill_apart(capsys
     assert "per step (median [min - max] over 3 decode steps of the 4 recorded):" in (
         capsys.readouterr().out
     )
+
+
+# Three more variants (2026-11-26, 16:37-16:42Z, two H200 machines; provenance.json): --compile
+# alone, the cache that grows (--cache dynamic, eager) and transformers' own generate (--impl hf).
+def _generation(mode: str):
+    trace = trace_reader.load(FOLDER / f"{STEM.replace('static_', '')}{mode}.json.gz")
+    return trace, tracereader.generation(trace)
+
+
+def test_compile_without_graphs_fuses_kernels_but_still_waits_on_the_host(traces):
+    """Inductor halves the kernels of a token (620 against eager's 1257) and the GPU's busy
+    time falls, but each kernel is still launched from the host: launch-bound, told to add
+    CUDA graphs."""
+    trace, read = _generation("static_compile")
+    eager = tracereader.generation(traces["eager"])["decode"]
+    decode = read["decode"]
+    assert read["bound"] == "launch"
+    assert decode["launches"]["kernel"] == decode["kernels"] < eager["kernels"] / 1.5
+    assert decode["gpu_busy_us"] < 0.85 * eager["gpu_busy_us"]
+    (found,) = [f for f in findings.read(trace) if f.topic == "generation"]
+    assert "CUDA graphs" in found.next
+
+
+def test_a_growing_cache_attends_to_the_keys_written_so_far(traces):
+    """The dynamic cache's attention reads the keys up to the token (one more each step), the
+    static cache's all 768 positions it holds, masked; both launch-bound, eager."""
+    trace, read = _generation("dynamic_eager")
+    steps = tracereader.generation_steps(trace)["decode"]
+    lengths = [set(tracereader.key_lengths(s)) for s in steps]
+    assert all(len(n) == 1 for n in lengths)
+    first = lengths[0].pop()
+    assert 512 < first and [n.pop() for n in lengths[1:]] == [first + 1, first + 2]
+    static = tracereader.generation_steps(traces["eager"])["decode"]
+    assert all(set(tracereader.key_lengths(s)) == {768} for s in static)
+    assert read["bound"] == "launch"
+
+
+def test_transformers_generate_is_read_balanced_with_its_syncs_named():
+    """transformers' compiled static-cache generate replays a CUDA graph per token, yet the GPU
+    waits on the host 35% of it: the loop around the graph (32 kernels and 7 copies launched
+    outside it, a scalar read per token). The [bound] finding and the generation's verdict say
+    the same word (one rule), the sync finding names the scalar reads, and cuDNN's decode
+    combine kernel counts as attention (it had read as a convolution)."""
+    trace, read = _generation("hf_eager")
+    phases = tracereader.generation_steps(trace)
+    assert [len(phases["prefill"]), len(phases["decode"])] == [1, 3]
+    decode = read["decode"]
+    assert decode["launches"] == {"graph": 1, "kernel": 32, "copy": 7}
+    assert read["bound"] == "balanced"
+    assert 0.25 < decode["host_wait_us"] / decode["per_token_us"]["median"] < 0.45
+    topics = {f.topic: f for f in findings.read(trace, everything=True)}
+    assert topics["bound"].message.startswith("balanced")
+    assert "balanced" in topics["generation"].message
+    assert "item()" in topics["sync"].message
+    for step in phases["decode"]:
+        assert step.count("conv") == 0 and step.count("attention") == 2 * LAYERS

@@ -325,6 +325,14 @@ def test_precision_is_what_the_kernels_own_name_says(name, precision):
             "cuDNN",
         ),
         ("sdpa_sm100_flash_bprop_f16_knob_3_128x128x128", "SDPA"),
+        # the combine of cuDNN SDPA's split decode, after each layer's fprop kernel (H200,
+        # torch 2.11, transformers' compiled generate: tests/fixtures/h200/08_generate)
+        (
+            "void cudnn::fusion::lean_reduction_kernel<false, false, false>(void*, float*, float*, "
+            "float*, float*, float const*, float*, float*, float*, float*, float*, unsigned int, "
+            "unsigned int, unsigned int, unsigned int, bool)",
+            "cuDNN",
+        ),
     ],
 )
 def test_attention_kernels_of_every_generation_are_attention(name, family):

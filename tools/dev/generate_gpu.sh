@@ -16,7 +16,7 @@
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|dynamic|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|dynamic|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|gemv|gemv-autotune|hf|sweep ...]}
 shift
 parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
@@ -65,6 +65,10 @@ for part in $parts; do
         # overlapping the previous one's tail): H200, 4.514 against 4.522 ms (observations.md)
         pdl) TORCHINDUCTOR_ENABLE_PDL=1 run pdl $shape --compile --autotune --cuda-graphs \
             --fuse --attention split --bench ;;
+        # decode's projections as decode_gemv.py's GEMVs, tiles fixed (no tuner's draw)
+        gemv) run gemv $shape --compile --cuda-graphs --fuse --attention split --gemv --bench ;;
+        gemv-autotune) run gemv-autotune $shape --compile --autotune --cuda-graphs --fuse \
+            --attention split --gemv --bench ;;
         hf) run hf $shape --impl hf --bench ;;
         sweep) run sweep --preset 8b --dtype bf16 --prompt 512 --new-tokens 128 --cuda-graphs \
             --fuse --attention split \

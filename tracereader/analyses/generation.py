@@ -17,7 +17,11 @@ from tracereader.analyses import breakdown, idle
 from tracereader.trace.model import Step, Trace
 
 PHASES = ("prefill", "decode")
-LAUNCH_BOUND = 0.30  # the GPU waits on the host this share of a token or more: launch-bound
+# idle.bound's label (the one rule, also the [bound] finding's) as a generation's verdict
+VERDICT = {"host-bound": "launch", "GPU-bound": "gpu", "balanced": "balanced",
+           "stalled": "stalled"}  # fmt: skip
+WORDS = {"launch": "launch-bound", "gpu": "GPU-bound", "balanced": "balanced",
+         "stalled": "stalled (the GPU idle with work queued)"}  # fmt: skip
 GRAPH_LAUNCH = ("cudaGraphLaunch", "cuGraphLaunch")
 KERNEL_LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchCooperativeKernel")
 COPY_CALL = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset")
@@ -87,8 +91,8 @@ def read(trace: Trace) -> dict | None:
     """The two phases, each over its steps (None when the trace shows no decode step):
     prefill's time (as a token's: idle.step_times) and GPU busy time; per decode token (the
     headline) its time, GPU busy, the GPU's wait on the host, kernels and launch calls, and
-    the verdict: launch-bound when the GPU waits on the host LAUNCH_BOUND of a token or more,
-    else GPU-bound."""
+    the verdict over the decode steps by idle.bound's rule: "launch" (host-bound), "gpu",
+    "balanced" (the GPU waits on the host a tenth to half of its window) or "stalled"."""
     phases = split(trace)
     if not phases:
         return None
@@ -123,7 +127,6 @@ def read(trace: Trace) -> dict | None:
             if gpu
             else None,
         }
-    if gpu:
-        share = out["decode"]["host_wait_us"] / per_token["median"] if per_token["median"] else 0
-        out["bound"] = "launch" if share >= LAUNCH_BOUND else "gpu"
+    verdict = idle.bound(decode_only(trace)) if gpu else None
+    out["bound"] = VERDICT[verdict["label"]] if verdict else None
     return out

@@ -430,6 +430,17 @@ def _generation(trace: Trace) -> Finding | None:
             next="CUDA graphs: a token's kernels replayed with one launch (torch.cuda.graph, or "
             "torch.compile(mode='reduce-overhead')); torch.compile alone launches fewer kernels",
         )
+    if g["bound"] != "gpu":  # balanced or stalled: the host's part and the GPU's both count
+        return Finding(
+            "generation",
+            f"{head}: {generation.WORDS[g['bound']]}, the GPU busy {d['gpu_busy_us']:.0f} us "
+            f"of each token and waiting on the host {wait:.0f} us ({wait / per:.0%}); "
+            f"{d['kernels']:g} kernels per token, launch calls: {launches}",
+            us=wait,
+            next="the host's part first: what the loop runs on the CPU each token beside the "
+            "launches (sampling, stopping checks, copies to the host); then the GPU's: more "
+            "sequences per step, quantized weights",
+        )
     return Finding(
         "generation",
         f"{head}: GPU-bound, busy {d['gpu_busy_us']:.0f} us of each token (host wait "

@@ -133,7 +133,10 @@ _ATTENTION = (
     ),
     (
         "cuDNN generated SDPA",
-        re.compile(r"cudnn\w*(sdpa|fmha|mha|attn|attention|flash)|cudnn::fusion::\w*(dot_do_o|dq)"),
+        re.compile(
+            r"cudnn\w*(sdpa|fmha|mha|attn|attention|flash)"
+            r"|cudnn::fusion::\w*(dot_do_o|dq|lean_reduction)"
+        ),
     ),
     ("fused SDPA (cuDNN or vendor)", re.compile(r"(^|_)sdpa_sm\d+", re.IGNORECASE)),
     (

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from io import TextIOBase  # not typing.TextIO: typing is start-up time of its own
 
+from tracereader.analyses import generation
 from tracereader.judge.finding import SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_classes import group
@@ -192,7 +193,7 @@ def generation_lines(g: dict | None) -> list[str]:
         lines.append(
             f"  per token: GPU busy {duration(d['gpu_busy_us'])}, waiting on the host "
             f"{duration(d['host_wait_us'])}, {d['kernels']:g} kernels: "
-            + ("launch-bound" if g["bound"] == "launch" else "GPU-bound")
+            + generation.WORDS[g["bound"]]
         )
     return lines
 

@@ -1,0 +1,129 @@
+"""A decode token's projections at batch 1, each one Triton GEMV with the work around it
+inside: what 08_generate.py's `--gemv` runs. Read it beside that lesson.
+
+At one row a projection is a matrix-vector product: every weight read once, two FLOPs each, so
+the whole job is streaming the weight at the memory's speed. Inductor's `--autotune` writes
+these GEMVs as its own reductions and picks their tiles by timing candidates on the machine, one
+launch at a time from Python: two kernels of one shape came out 18.8 and 46.8 us on one H100,
+and the same command ran at 77-88% of the floor across five machines (docs/observations.md).
+Here the tiles are fixed per shape (measured once, TILES below), and each
+projection carries what sits around it in the layer, so no small kernel runs between them:
+
+    qkv      RMSNorm(x) @ Wqkv^T         the norm's statistic computed by every program (x is
+                                        one row: 8 KB from L2), applied as it is read
+    o        heads @ Wo^T + x            the residual added before the store
+    gate_up  RMSNorm(x) @ Wgu^T
+    down     (SiLU(gate) * up) @ Wd^T + x
+    head     RMSNorm(x) @ Wlm^T
+
+Each program reads BLOCK_N rows of W along K (coalesced, evicted first: read once), keeps a
+[BLOCK_N, BLOCK_K] float32 accumulator and sums it at the end. Registered as a custom op that
+torch.compile keeps in its graph and a CUDA graph captures; on a CPU, TRITON_INTERPRET=1 runs
+it in NumPy (the tests).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op
+
+from fused_geglu import traceable
+
+OP = "profiling_pytorch::decode_gemv"
+NONE, NORM, GATE = 0, 1, 2  # the prologue: x as it is, RMSNorm(x) * g, SiLU(x[:K]) * x[K:]
+PROLOGUES = {"none": NONE, "norm": NORM, "gate": GATE}
+# (BLOCK_N, BLOCK_K, num_warps) per (N, K): the fastest of 24 for the 8b preset's shapes on an
+# H200 (tools/dev/gemv_tiles.py, 2026-11-26; its table in docs/observations.md); DEFAULT_TILE
+# for any other shape (within 5% of the fastest for qkv and down there).
+DEFAULT_TILE = (8, 512, 4)
+TILES = {(6144, 4096): (8, 512, 4), (4096, 4096): (2, 1024, 4), (28672, 4096): (16, 256, 4),
+         (4096, 14336): (8, 512, 4), (128256, 4096): (16, 256, 4)}  # fmt: skip
+
+
+@triton.jit
+def decode_gemv_kernel(
+    x_ptr, w_ptr, out_ptr, res_ptr, g_ptr, N, K, EPS,
+    PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """out[n] = sum_k x'[k] w[n, k] (+ res[n]) for this program's BLOCK_N rows n of w."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, BLOCK_K)
+    scale = 1.0
+    if PROLOGUE == 1:  # RMSNorm: the row's mean square first (x is small and stays in cache)
+        squares = tl.zeros((BLOCK_K,), tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            xs = tl.load(x_ptr + k0 + cols, mask=k0 + cols < K, other=0.0).to(tl.float32)
+            squares += xs * xs
+        mean = tl.sum(squares, axis=0) / K + EPS  # float64 where torch.compile passes EPS so
+        scale = 1.0 / tl.sqrt(mean.to(tl.float32))
+    acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + cols
+        inside = k < K
+        x = tl.load(x_ptr + k, mask=inside, other=0.0, eviction_policy="evict_last")
+        x = x.to(tl.float32)
+        if PROLOGUE == 1:
+            x = x * scale * tl.load(g_ptr + k, mask=inside, other=0.0).to(tl.float32)
+        elif PROLOGUE == 2:  # x holds gate then up: SiLU(gate) * up
+            up = tl.load(x_ptr + K + k, mask=inside, other=0.0).to(tl.float32)
+            x = x / (1.0 + tl.exp(-x)) * up
+        w = tl.load(w_ptr + rows[:, None] * K + k[None, :], mask=(rows[:, None] < N)
+                    & inside[None, :], other=0.0, eviction_policy="evict_first")  # fmt: skip
+        acc += w.to(tl.float32) * x[None, :]
+    y = tl.sum(acc, axis=1)
+    if RESIDUAL:
+        y += tl.load(res_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
+
+
+def launch(x, w, prologue: str, g, eps: float, residual, tile=None, wrap=lambda k: k):
+    """x [..., K] (or [..., 2K] for the gate) holding one row; w [N, K]; returns [..., N]."""
+    n, k = w.shape
+    out = x.new_empty((*x.shape[:-1], n))
+    block_n, block_k, warps = tile or TILES.get((n, k), DEFAULT_TILE)
+    wrap(decode_gemv_kernel)[(triton.cdiv(n, block_n),)](
+        x, w, out, residual if residual is not None else out, g if g is not None else x, n, k,
+        eps, PROLOGUE=PROLOGUES[prologue], RESIDUAL=residual is not None, BLOCK_N=block_n,
+        BLOCK_K=block_k, num_warps=warps,
+    )  # fmt: skip
+    return out
+
+
+@triton_op(OP, mutates_args=())
+def decode_gemv(
+    x: torch.Tensor, w: torch.Tensor, prologue: str, g: torch.Tensor | None, eps: float,
+    residual: torch.Tensor | None,
+) -> torch.Tensor:  # fmt: skip
+    return launch(x.contiguous(), w, prologue, g, eps, residual, wrap=traceable)
+
+
+@decode_gemv.register_fake
+def _(x, w, prologue, g, eps, residual):
+    return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+
+def gemv(x, w, norm=None, gate: bool = False, residual=None) -> torch.Tensor:
+    """One projection of one row: norm an nn.RMSNorm applied to x first, or gate: x is gate
+    and up side by side, SiLU(gate) * up; residual added to the result."""
+    prologue = "norm" if norm is not None else "gate" if gate else "none"
+    eps = (norm.eps or torch.finfo(x.dtype).eps) if norm is not None else 0.0
+    g = norm.weight if norm is not None else None
+    return torch.ops.profiling_pytorch.decode_gemv(x, w, prologue, g, eps, residual)
+
+
+def decode(model, x, positions, cache, mask) -> torch.Tensor:
+    """llama.Llama's forward for one token of one sequence (x: its embedding, [1, 1, dim]),
+    its projections fused (--fuse) and each a GEMV above; the attention between them as the
+    model's own (rotary embedding, cache write, the model's attention)."""
+    for i, layer in enumerate(model.model.layers):
+        a, m = layer.self_attn, layer.mlp
+        qkv = gemv(x, a.qkv_proj.weight, norm=layer.input_layernorm)
+        heads = a.mix(*qkv.split(a.sizes, dim=-1), positions, model.rope, cache, i, mask,
+                      model.attend)  # fmt: skip
+        x = gemv(heads, a.o_proj.weight, residual=x)
+        gate_up = gemv(x, m.gate_up_proj.weight, norm=layer.post_attention_layernorm)
+        x = gemv(gate_up, m.down_proj.weight, gate=True, residual=x)
+    return gemv(x[:, -1], model.lm_head.weight, norm=model.model.norm)
