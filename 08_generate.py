@@ -61,6 +61,7 @@ there (its token and ours within the dtype's tolerance): rounding, not a bug.
 """
 
 import sys
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -188,7 +189,7 @@ def prefill(model, cache, state: State) -> None:
 def decode_step(model, cache, state: State) -> None:
     """One new token for every sequence: read the last one, write the next (greedy)."""
     token = state.tokens.index_select(1, state.pos)  # [B, 1]
-    logits = model(token, state.pos, cache)
+    logits = model(token, state.pos, cache, decoding=True)
     state.tokens.index_copy_(1, state.pos + 1, logits.argmax(-1, keepdim=True))
     state.pos += 1
 
@@ -390,8 +391,8 @@ def look(v: Variant, phase: str, expect: Expect, trace, steps: list) -> bool:
     print(verdict.text)
     lines = []  # (held, what was seen): each line says its own verdict
     layers = _per_layer(v) * v.cfg.layers
-    rows = {"prefill": {v.batch * v.prompt: layers, v.batch: 1}}.get(phase)
-    rows = rows or {v.batch: layers + 1}
+    rows = Counter({v.batch * v.prompt: layers}) + Counter({v.batch: 1})  # prefill: the head's
+    rows = dict(rows if phase == "prefill" else {v.batch: layers + 1})
     seen = [dict(tracereader.gemm_rows(step)) for step in steps]
     if any(seen) and v.impl == "ours":
         lines.append((all(rows == one for one in seen),
@@ -554,9 +555,9 @@ def parse(argv):
         raise cli.UsageError("--impl hf runs transformers' generate as it comes (static cache, "
                              "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
                              "--cache dynamic, --fuse, --attention, --gemv")  # fmt: skip
-    if args.gemv and (not args.fuse or args.batch != 1):
+    if args.gemv and (not args.fuse or args.batch != 1 or args.sweep_batch):
         raise cli.UsageError("--gemv reads the fused projections of one sequence: add --fuse, "
-                             "at --batch 1")  # fmt: skip
+                             "at --batch 1, without --sweep-batch")  # fmt: skip
     if args.autotune and not args.compile:
         raise cli.UsageError("--autotune tunes what torch.compile generates: add --compile")
     if args.cuda_graphs:

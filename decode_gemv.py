@@ -57,8 +57,8 @@ def decode_gemv_kernel(
         for k0 in range(0, K, BLOCK_K):
             xs = tl.load(x_ptr + k0 + cols, mask=k0 + cols < K, other=0.0).to(tl.float32)
             squares += xs * xs
-        mean = tl.sum(squares, axis=0) / K + EPS  # float64 where torch.compile passes EPS so
-        scale = 1.0 / tl.sqrt(mean.to(tl.float32))
+        mean = tl.sum(squares, axis=0) / K + EPS  # torch.compile passes EPS as a float64:
+        scale = 1.0 / tl.sqrt(mean.to(tl.float32))  # back to float32 before it spreads
     acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + cols
@@ -82,6 +82,11 @@ def decode_gemv_kernel(
 def launch(x, w, prologue: str, g, eps: float, residual, tile=None, wrap=lambda k: k):
     """x [..., K] (or [..., 2K] for the gate) holding one row; w [N, K]; returns [..., N]."""
     n, k = w.shape
+    width = 2 * k if prologue == "gate" else k
+    if x.numel() != width or not w.is_contiguous():
+        raise ValueError(f"decode_gemv: one row of {width} values against a contiguous [N, {k}] "
+                         f"weight, got x {tuple(x.shape)}, w {tuple(w.shape)} strides "
+                         f"{w.stride()}")  # fmt: skip
     out = x.new_empty((*x.shape[:-1], n))
     block_n, block_k, warps = tile or TILES.get((n, k), DEFAULT_TILE)
     wrap(decode_gemv_kernel)[(triton.cdiv(n, block_n),)](
@@ -109,7 +114,8 @@ def gemv(x, w, norm=None, gate: bool = False, residual=None) -> torch.Tensor:
     """One projection of one row: norm an nn.RMSNorm applied to x first, or gate: x is gate
     and up side by side, SiLU(gate) * up; residual added to the result."""
     prologue = "norm" if norm is not None else "gate" if gate else "none"
-    eps = (norm.eps or torch.finfo(x.dtype).eps) if norm is not None else 0.0
+    # nn.RMSNorm's eps=None: torch's rms_norm takes float32's (it computes in float32)
+    eps = (norm.eps or torch.finfo(torch.float32).eps) if norm is not None else 0.0
     g = norm.weight if norm is not None else None
     return torch.ops.profiling_pytorch.decode_gemv(x, w, prologue, g, eps, residual)
 

@@ -210,15 +210,17 @@ class Llama(nn.Module):
         self.model = Decoder(cfg)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
         self.rope = Rope(cfg, max_len)
-        self.decode = None  # a forward for one token of one sequence (decode_gemv.decode)
+        self.decode = None  # a decode step's own forward (decode_gemv.decode), if any
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache, decoding=False):
         """tokens [batch, seq] at `positions` [seq] (a tensor, so that a CUDA graph can replay
-        the step at the next position); returns the last position's logits [batch, vocab]."""
+        the step at the next position); returns the last position's logits [batch, vocab].
+        decoding: a decode step, which self.decode runs instead of the layers where it is set
+        (08_generate --gemv: decode_gemv.decode)."""
         x = self.model.embed_tokens(tokens)
         # [seq, keys]: which cached keys each position sees (FlexAttention computes its own)
         mask = None if self.attend is flex else cache.mask(positions)
-        if self.decode is not None and tokens.numel() == 1:
+        if decoding and self.decode is not None:
             return self.decode(self, x, positions, cache, mask)
         for i, layer in enumerate(self.model.layers):
             h = layer.input_layernorm(x)

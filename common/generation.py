@@ -71,14 +71,17 @@ def print_reading(g: dict | None, floor: float | None) -> None:
         return
     wait = d["host_wait_us"]
     print(f"  per token the GPU is busy {d['gpu_busy_us'] / 1e3:.3f} ms and waits on the host "
-          f"{wait / 1e3:.3f} ms ({wait / per:.0%}); {d['kernels']:g} kernels, launch calls "
-          f"{d['launches']}")  # fmt: skip
+          f"{wait / 1e3:.3f} ms ({d['host_share']:.0%} of its window); {d['kernels']:g} "
+          f"kernels, launch calls {d['launches']}")  # fmt: skip
     if g["bound"] == "launch":
         print("  -> launch-bound: the host cannot issue the kernels as fast as the GPU runs "
               "them; CUDA graphs replay a token's kernels with one launch")  # fmt: skip
-    elif g["bound"] != "gpu":
-        print(f"  -> {WORDS[g['bound']]}: the host's part ({wait / per:.0%}) and the GPU's "
-              "both count; CUDA graphs take the launches, not the loop's own CPU work")  # fmt: skip
+    elif g["bound"] == "balanced":
+        print(f"  -> balanced: the host's part ({d['host_share']:.0%}) and the GPU's both "
+              "count; CUDA graphs take the launches, not the loop's own CPU work")  # fmt: skip
+    elif g["bound"] == "stalled":
+        print(f"  -> {WORDS['stalled']}: {d['other_us'] / 1e3:.3f} ms of each token; the "
+              "syncs, copies and collectives in `explain`'s findings say on what")  # fmt: skip
     else:
         near = f" (its busy time {d['gpu_busy_us'] / 1e6 / floor:.2f}x the floor)" if floor else ""
         print(f"  -> GPU-bound{near}, and at a small batch bandwidth-bound: more sequences "

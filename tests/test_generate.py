@@ -165,14 +165,15 @@ def test_decode_gemvs_give_the_linears_result_and_the_references_tokens(tmp_path
     """decode_gemv.py's kernel under Triton's interpreter (a subprocess, as above): each
     prologue (none, RMSNorm, SiLU gate) and the residual against torch at odd sizes (rows and
     K not multiples of the tiles, in float32 and bf16); then the lesson with --gemv holds the
-    float32 reference's tokens, its decode steps calling the op and no aten::mm."""
+    float32 reference's tokens, its decode steps calling the op and no aten::mm, its prefill
+    (a prompt of one token) not: aten::mm there, the GEMMs' rows as the guess said."""
     code = """
 import torch, torch.nn.functional as F, decode_gemv
 torch.manual_seed(0)
 for n, k, dtype in [(37, 100, torch.float32), (8, 512, torch.float32), (130, 1030, torch.bfloat16)]:
     x, w = torch.randn(1, 1, 2 * k, dtype=dtype), torch.randn(n, k, dtype=dtype) / k**0.5
     r = torch.randn(1, 1, n, dtype=dtype)
-    norm = torch.nn.RMSNorm(k, eps=1e-5).to(dtype)
+    norm = torch.nn.RMSNorm(k, eps=1e-5 if dtype == torch.float32 else None).to(dtype)
     norm.weight.data = torch.rand(k, dtype=dtype) + 0.5
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else {}
     xk, f = x[..., :k].contiguous(), lambda t: t.float()
@@ -184,13 +185,20 @@ for n, k, dtype in [(37, 100, torch.float32), (8, 512, torch.float32), (130, 103
               F.linear(F.silu(gate) * up, f(w)) + f(r))]
     for got, want in cases:
         torch.testing.assert_close(got, want.to(dtype), **tol)
+bad = [(torch.randn(2, 1, 64), torch.randn(8, 64)), (torch.randn(1, 1, 64), torch.randn(64, 8).t())]
+for x, w in bad:  # two rows; a transposed weight
+    try:
+        decode_gemv.gemv(x, w)
+        raise SystemExit(f"no error for x {tuple(x.shape)}, w strides {w.stride()}")
+    except ValueError as err:
+        assert "one row of 64 values" in str(err)
 print("gemv ok")
 """
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0 and "gemv ok" in proc.stdout, proc.stderr[-3000:]
-    argv = [*SMALL, "--strict", "--traces-dir", str(tmp_path), "--fuse", "--gemv"]
+    argv = [*SMALL, "--prompt", "1", "--strict", "--traces-dir", str(tmp_path), "--fuse", "--gemv"]
     proc = subprocess.run([sys.executable, f"{SCRIPT}.py", *argv], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -198,6 +206,7 @@ print("gemv ok")
     decode = proc.stdout.split("\ndecode:", 1)[1]
     assert "ok        CPU op profiling_pytorch::decode_gemv  seen: in every step" in decode
     assert "aten::mm" not in decode.split("all as expected", 1)[0]
+    assert "ok        CPU op aten::mm" in proc.stdout.split("\ndecode:", 1)[0]  # prefill's
 
 
 @pytest.mark.slow
@@ -301,9 +310,11 @@ def test_prefills_flops_are_its_weights_twice_per_token_and_the_causal_attention
     assert lesson.prefill_gemms(fused)[(512, 4096, 2 * 14336)] == 32
 
 
-def gpu_generation_trace(path, *, host_gap_us: float, graphs: bool) -> None:
+def gpu_generation_trace(path, *, host_gap_us: float, graphs: bool, kernel_us: float = 5,
+                         queued: bool = False) -> None:  # fmt: skip
     """A synthetic GPU generation: a prefill step, then 3 decode steps of 4 kernels each,
-    launched one by one (a gap of host_gap_us before each) or by one cudaGraphLaunch."""
+    launched one by one (the host busy host_gap_us before each; queued: launched at once,
+    each kernel starting host_gap_us after its launch) or by one cudaGraphLaunch."""
     events, corr = [], 0
 
     def cpu(name, ts, dur, cat="cpu_op"):
@@ -335,9 +346,12 @@ def gpu_generation_trace(path, *, host_gap_us: float, graphs: bool) -> None:
                 kernel(t0 + 5 + 48 * i, 48, launch)
         else:
             for i in range(4):
-                # the host busy host_gap_us before each launch; the kernel starts right after
-                start = t0 + 2 + i * (host_gap_us + 5) + host_gap_us
-                kernel(start + 3, 5, call("cudaLaunchKernel", start))
+                start = t0 + 2 + i * (host_gap_us + kernel_us)
+                if queued:  # launched now, started host_gap_us later: the GPU idle, work queued
+                    kernel(start + host_gap_us, kernel_us, call("cudaLaunchKernel", start))
+                else:  # the host busy host_gap_us, then the launch; the kernel right after
+                    kernel(start + host_gap_us + 3, kernel_us,
+                           call("cudaLaunchKernel", start + host_gap_us))  # fmt: skip
     trace = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
              "traceEvents": events}  # fmt: skip
     path.write_bytes(gzip.compress(json.dumps(trace).encode()))
@@ -364,6 +378,38 @@ def test_a_graph_replayed_decode_is_gpu_bound_and_told_to_batch(tmp_path):
     assert all(tracereader.launch_calls(s) == {"graph": 1} for s in steps)
     (found,) = [f for f in findings.read(trace, everything=True) if f.topic == "generation"]
     assert "bandwidth-bound" in found.message and "more sequences per step" in found.next
+
+
+@pytest.mark.parametrize(
+    ("layout", "word"),
+    [({"host_gap_us": 10, "kernel_us": 30}, "balanced"),
+     ({"host_gap_us": 40, "queued": True}, "stalled")],
+)  # fmt: skip
+def test_the_generation_verdict_and_the_bound_finding_say_one_word(layout, word, tmp_path,
+                                                                   capsys):  # fmt: skip
+    """Between launch-bound and GPU-bound: a token whose GPU waits on the host a fifth of its
+    window (balanced), and one whose kernels wait queued (stalled, not the host's fault).
+    The generation's verdict, its finding, the [bound] finding and the lesson's printout say
+    the same word and the same share of the window."""
+    from common.generation import print_reading
+
+    path = tmp_path / "t.json.gz"
+    gpu_generation_trace(path, graphs=False, **layout)
+    trace = trace_reader.load(path)
+    read = tracereader.generation(trace)
+    assert read["bound"] == word
+    found = {f.topic: f for f in findings.read(trace, everything=True)}
+    assert found["bound"].message.startswith(word) and f": {word}," in found["generation"].message
+    print_reading(read, None)
+    printed = capsys.readouterr().out
+    assert f"-> {word}" in printed
+    if word == "balanced":
+        share = f"({read['decode']['host_share']:.0%})"
+        assert share in found["bound"].message and share in printed
+        assert "CUDA graphs" not in found["generation"].next  # not launch-bound: the loop's own
+    else:
+        assert "with work queued" in found["generation"].message
+        assert "host" not in found["generation"].next
 
 
 @pytest.mark.parametrize(

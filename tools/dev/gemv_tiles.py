@@ -9,6 +9,7 @@ product (no prologue). Prints the 3 fastest tiles per shape and the TILES table 
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -28,7 +29,8 @@ SHAPES = {
 TILES = [(bn, bk, w) for bn in (2, 4, 8, 16, 32) for bk in (128, 256, 512, 1024) for w in (4, 8)]
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     if not torch.cuda.is_available():
         print("error: the tiles are timed on a GPU: no CUDA device here", file=sys.stderr)
         return 2

@@ -15,6 +15,10 @@ each compiled result as a CUDA graph over 8 copies of its weights (no call finds
     radius2     + a search radius of 2
 
     python3 -m tools.dev.gemv_tuning_probe [--settings base,cudagraph] [--repeats 3]
+
+Slow on purpose: each fresh tuning recompiles every candidate (an H200 took the 380 s it was
+given for qkv's three base tunings). A setting this torch lacks is said and skipped
+(autotune_cudagraph_benchmarking: not in torch 2.11).
 """
 
 from __future__ import annotations

@@ -129,4 +129,6 @@ def read(trace: Trace) -> dict | None:
         }
     verdict = idle.bound(decode_only(trace)) if gpu else None
     out["bound"] = VERDICT[verdict["label"]] if verdict else None
+    if verdict:  # the verdict's own figures: the GPU's window per token and its shares
+        out["decode"].update({k: verdict[k] for k in ("window_us", "host_share", "other_us")})
     return out

@@ -421,21 +421,31 @@ def _generation(trace: Trace) -> Finding | None:
     if g["bound"] is None:
         return Finding("generation", f"{head} (CPU only: launch- or bandwidth-bound not told)")
     launches = ", ".join(f"{n} {kind}" for kind, n in sorted(d["launches"].items()))
+    share = f"{d['host_share']:.0%} of its {d['window_us']:.0f} us GPU window"  # [bound]'s
     if g["bound"] == "launch":
         return Finding(
             "generation",
             f"{head}: launch-bound, the GPU waits on the host {wait:.0f} us of each token "
-            f"({wait / per:.0%}); {d['kernels']:g} kernels per token, launch calls: {launches}",
+            f"({share}); {d['kernels']:g} kernels per token, launch calls: {launches}",
             us=wait,
             next="CUDA graphs: a token's kernels replayed with one launch (torch.cuda.graph, or "
             "torch.compile(mode='reduce-overhead')); torch.compile alone launches fewer kernels",
         )
-    if g["bound"] != "gpu":  # balanced or stalled: the host's part and the GPU's both count
+    if g["bound"] == "stalled":
+        other = d["other_us"]
         return Finding(
             "generation",
-            f"{head}: {generation.WORDS[g['bound']]}, the GPU busy {d['gpu_busy_us']:.0f} us "
-            f"of each token and waiting on the host {wait:.0f} us ({wait / per:.0%}); "
-            f"{d['kernels']:g} kernels per token, launch calls: {launches}",
+            f"{head}: stalled, the GPU idle {other:.0f} us of each token with work queued "
+            f"({other / d['window_us']:.0%} of its window; host wait {wait:.0f} us)",
+            us=other,
+            next="what the queued work waits for: the syncs, copies and collectives below",
+        )
+    if g["bound"] == "balanced":  # the host's part and the GPU's both count
+        return Finding(
+            "generation",
+            f"{head}: balanced, the GPU busy {d['gpu_busy_us']:.0f} us of each token and "
+            f"waiting on the host {wait:.0f} us ({share}); {d['kernels']:g} kernels per token, "
+            f"launch calls: {launches}",
             us=wait,
             next="the host's part first: what the loop runs on the CPU each token beside the "
             "launches (sampling, stopping checks, copies to the host); then the GPU's: more "
