@@ -35,8 +35,8 @@ OP = "profiling_pytorch::decode_gemv"
 NONE, NORM, GATE = 0, 1, 2  # the prologue: x as it is, RMSNorm(x) * g, SiLU(x[:K]) * x[K:]
 PROLOGUES = {"none": NONE, "norm": NORM, "gate": GATE}
 # (BLOCK_N, BLOCK_K, num_warps) per (N, K): the fastest of 24 for the 8b preset's shapes on an
-# H200 (tools/dev/gemv_tiles.py, 2026-11-26; its table in docs/observations.md); DEFAULT_TILE
-# for any other shape (within 5% of the fastest for qkv and down there).
+# H200 (tools/dev/gemv_tiles.py, 2026-11-26; docs/observations.md, "Fourth pass"); any other
+# shape takes DEFAULT_TILE, the fastest there for qkv and down.
 DEFAULT_TILE = (8, 512, 4)
 TILES = {(6144, 4096): (8, 512, 4), (4096, 4096): (2, 1024, 4), (28672, 4096): (16, 256, 4),
          (4096, 14336): (8, 512, 4), (128256, 4096): (16, 256, 4)}  # fmt: skip

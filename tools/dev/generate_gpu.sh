@@ -10,7 +10,8 @@
 #   compile ~110 s, compile-graphs ~130 s, fused ~130 s (--compile --cuda-graphs --fuse),
 #   flex ~140 s (and --attention flex), best ~130 s (--fuse --attention split), split ~50 s
 #   (--cuda-graphs --fuse --attention split, eager)
-#   hf ~120 s (transformers' generate, compiled into CUDA graphs by it), sweep ~100 s
+#   hf ~120 s (transformers' generate, compiled into CUDA graphs by it), sweep ~100 s,
+#   gemv ~90-175 s (best + --gemv), gemv-autotune ~90-265 s (cold), autotune ~250-300 s (cold)
 # OUT gets at most 4 files: versions.txt, summary.txt (each run's checks and readings),
 # logs.tar.gz (every log) and traces.tar.gz (the gzipped traces, a prefill and 3 decode steps
 # each, their tables and the sweep's PNG).
