@@ -5,7 +5,7 @@ At one row a projection is a matrix-vector product: every weight read once, two 
 the whole job is streaming the weight at the memory's speed. Inductor's `--autotune` writes
 these GEMVs as its own reductions and picks their tiles by timing candidates on the machine, one
 launch at a time from Python: two kernels of one shape came out 18.8 and 46.8 us on one H100,
-and the same command ran at 77-88% of the floor across five machines (docs/observations.md).
+and the same command ran at 77-88% of the floor across six machines (docs/observations.md).
 Here the tiles are fixed per shape (measured once, TILES below), and each
 projection carries what sits around it in the layer, so no small kernel runs between them:
 
