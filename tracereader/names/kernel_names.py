@@ -454,17 +454,20 @@ _INDUCTOR_GEMMS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_in
 GEMV_REDUCTION = "Inductor reduction (a matrix-vector product)"
 # A GEMV's reduction spreads its output rows over many blocks (256-6144 in 08_generate's
 # decode at 8B); a reduction that merely reads the GEMV's output and carries its mm and t in
-# its name (a per-head norm after the qkv GEMV: tens of blocks, or one) has fewer: the loader
-# reads those as Inductor's (inductor_reduction)
+# its name (a per-head norm after the qkv GEMV: tens of blocks, or one) has fewer
 GEMV_MIN_BLOCKS = 64
 
 
-def inductor_reduction(name: str) -> KernelClass:
-    """An Inductor reduction named like a GEMV whose grid is too small to be one."""
-    found = _INDUCTOR.match(name)
-    ops = decode_fused_ops(found.group(3)) if found else []
-    facts = {"kind": _INDUCTOR_KINDS[found.group(1)], "fused_ops": ops} if found else {}
-    return KernelClass("inductor", f"reduction: {' + '.join(ops)}", facts)
+def _inductor_kernel(facts: dict) -> KernelClass:
+    return KernelClass("inductor", f"{facts['kind']}: {' + '.join(facts['fused_ops'])}", facts)
+
+
+def gemv_by_grid(klass: KernelClass, blocks: int | None) -> KernelClass:
+    """A reduction named like a GEMV (GEMV_REDUCTION) read against its launch's grid: with
+    fewer than GEMV_MIN_BLOCKS blocks it is Inductor's own kernel; without a grid, a GEMV."""
+    if blocks is None or blocks >= GEMV_MIN_BLOCKS:
+        return klass
+    return _inductor_kernel(klass.facts)
 
 
 def _inductor(name: str) -> KernelClass:
@@ -488,7 +491,7 @@ def _inductor(name: str) -> KernelClass:
         # split results (triton_per_..._flex_attention_...) stay Inductor's
         family = "FlexAttention (Inductor template)"
         return KernelClass("attention", family, {"family": family, **facts})
-    return KernelClass("inductor", f"{facts['kind']}: {' + '.join(ops)}", facts)
+    return _inductor_kernel(facts)
 
 
 @cache

@@ -42,12 +42,7 @@ from types import MappingProxyType
 
 from tracereader.names import footprint
 from tracereader.names.kernel_classes import KernelClass
-from tracereader.names.kernel_names import (
-    GEMV_MIN_BLOCKS,
-    GEMV_REDUCTION,
-    classify,
-    inductor_reduction,
-)
+from tracereader.names.kernel_names import GEMV_REDUCTION, classify, gemv_by_grid
 
 # The model, re-exported: `load.Trace` and friends are what callers of load() handle.
 from tracereader.trace.model import (  # noqa: F401
@@ -588,6 +583,6 @@ class _Events:
         klass = self._classes.get(name)
         if klass is None:
             klass = self._classes[name] = classify(name)
-        if klass.detail == GEMV_REDUCTION and (footprint.blocks(kept) or 1e9) < GEMV_MIN_BLOCKS:
-            klass = inductor_reduction(name)  # a norm reading a GEMV, not the GEMV (no grid: kept)
+        if klass.detail == GEMV_REDUCTION:  # a GEMV, or a norm reading one: the grid tells
+            klass = gemv_by_grid(klass, footprint.blocks(kept))
         self.items.append(GpuItem(name, kind, ts, dur, klass, kept, corr))
