@@ -181,7 +181,7 @@ class State:
 def prefill(model, cache, state: State) -> None:
     cache.reset()
     p = state.prompt
-    logits = model(state.tokens[:, :p], state.prompt_positions, cache)
+    logits = model(state.tokens[:, :p], state.prompt_positions, cache, decoding=False)
     state.tokens[:, p] = logits.argmax(-1)
     state.pos.fill_(p)
 
@@ -286,12 +286,12 @@ def reference(model32, prompt: torch.Tensor, new_tokens: int):
     logits [B, new_tokens, vocab] (to tell a near tie from a bug)."""
     cache, tokens, logits = DynamicCache(model32.cfg.layers), [], []
     positions = torch.arange(prompt.shape[1], device=prompt.device)
-    out = model32(prompt, positions, cache)
+    out = model32(prompt, positions, cache, decoding=False)
     for i in range(new_tokens):
         logits.append(out)
         tokens.append(out.argmax(-1, keepdim=True))
         if i + 1 < new_tokens:
-            out = model32(tokens[-1], positions[-1:] + i + 1, cache)
+            out = model32(tokens[-1], positions[-1:] + i + 1, cache, decoding=True)
     return torch.cat(tokens, dim=1), torch.stack(logits, dim=1)
 
 
@@ -452,6 +452,18 @@ def prefill_gemms(v: Variant) -> dict[tuple[int, int, int], int]:
     return shapes
 
 
+def prefill_weights(v: Variant, model) -> list[tuple[int, torch.Tensor]]:
+    """(rows, weight) of prefill's GEMMs in the order it runs them: the layers' projections at
+    B x P rows, the head's at B (ours and transformers' models name them alike)."""
+    attn = ("qkv_proj", "o_proj") if v.fused else ("q_proj", "k_proj", "v_proj", "o_proj")
+    mlp = ("gate_up_proj", "down_proj") if v.fused else ("gate_proj", "up_proj", "down_proj")
+    rows, calls = v.batch * v.prompt, []
+    for layer in model.model.layers:
+        calls += [(rows, getattr(layer.self_attn, name).weight) for name in attn]
+        calls += [(rows, getattr(layer.mlp, name).weight) for name in mlp]
+    return calls + [(v.batch, model.lm_head.weight)]
+
+
 def prefill_flops(v: Variant) -> float:
     """Its GEMMs' 2MKN, and attention's: q.k and p.v over the causal half (position i sees
     i + 1 keys), 2 x 2 x head_dim FLOPs per query head and key seen."""
@@ -482,7 +494,7 @@ def sweep(args, v: Variant, model, run: cli.Run, bytes_per_s: float | None) -> l
     for batch in args.sweep_batch:
         w = Variant(**{**v.__dict__, "batch": batch})
         generation = Generation(w, model, make_prompt(w, args.seed, run), args.new_tokens, run)
-        _, token = plumbing.time_generation(generation, args.new_tokens, run, repeats=3)
+        _, token, _ = plumbing.time_generation(generation, args.new_tokens, run, repeats=3)
         elt = cli.element_size(run)
         floor = floor_s(w, args.new_tokens, elt, bytes_per_s)[0] if bytes_per_s else None
         rows.append({"batch": batch, "token_s": token.median_s,
@@ -699,15 +711,28 @@ def copy_bandwidth(run: cli.Run, *, fresh: bool) -> float:
 def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> None:
     if run.on_gpu:
         torch.cuda.reset_peak_memory_stats(run.device)
-    prefill_t, token = plumbing.time_generation(generation, args.new_tokens, run)
+    weights = prefill_weights(v, generation.model)
+    gemms = plumbing.gemm_sequence(weights, run)
+    prefill_t, token, gemms_t = plumbing.time_generation(generation, args.new_tokens, run,
+                                                         gemms=gemms)  # fmt: skip
     print(f"bench (profiler detached): prefill {prefill_t.us()}")
-    if run.on_gpu:  # its floor: its FLOPs at the rate its own GEMMs reach alone
+    flops = prefill_flops(v)
+    if run.on_gpu:  # its floor, two ways: each GEMM shape timed alone, and all in sequence
         alone_s, gemm_flops = plumbing.time_gemms(prefill_gemms(v), run)
-        ideal = prefill_flops(v) / (gemm_flops / alone_s)
-        print(f"  prefill's {prefill_flops(v) / 1e12:.3f} TFLOP at the rate its GEMMs reach "
-              f"alone ({gemm_flops / alone_s / 1e12:.0f} TFLOP/s, each shape timed by itself) "
-              f"take {ideal * 1e3:.3f} ms: prefill at {prefill_t.median_s / ideal:.2f}x "
+        ideal = flops / (gemm_flops / alone_s)
+        print(f"  prefill's {flops / 1e12:.3f} TFLOP at the rate its GEMMs reach alone "
+              f"({gemm_flops / alone_s / 1e12:.0f} TFLOP/s, each shape timed by itself) take "
+              f"{ideal * 1e3:.3f} ms: prefill at {prefill_t.median_s / ideal:.2f}x "
               "that")  # fmt: skip
+    # do_bench flushes L2 before each call, whose dirty lines are written back during the
+    # GEMM: these GEMMs back to back, on the model's weights, as prefill runs them, reach more.
+    # Prefill against them: what its other kernels and the gaps between them cost.
+    rate = sum(2 * rows * w.shape[0] * w.shape[1] for rows, w in weights) / gemms_t.median_s
+    print(f"  its {len(weights)} GEMMs in prefill's order on the model's weights"
+          f"{', one CUDA graph' * run.on_gpu}, timed beside it: {gemms_t.us()} = "
+          f"{rate / 1e12:.3g} TFLOP/s; prefill's FLOPs at that rate take "
+          f"{flops / rate * 1e3:.3f} ms: prefill at {prefill_t.median_s * rate / flops:.2f}x "
+          "that")  # fmt: skip
     print(f"  decode: {token.median_s * 1e3:.3f} ms per token (20th-80th percentile "
           f"{token.p20_s * 1e3:.3f}-{token.p80_s * 1e3:.3f}), "
           f"{args.batch / token.median_s:,.1f} tokens/s")  # fmt: skip

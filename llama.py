@@ -99,9 +99,13 @@ def _compiled_flex():
 
 
 def sdpa_attention(q, k, v, positions, mask):
-    """Grouped-query attention through SDPA without copying k and v per query head: the `group`
-    query heads that share a key/value head become rows of one query, [b, kv_heads, group*s,
-    hd] (row g*s + i: head g of the group at position i), each masked as its position says."""
+    """Grouped-query attention through SDPA without copying k and v per query head.
+    mask None (the prompt, from position 0, over its own keys): causal, so that the fused
+    kernel skips the keys past each query's position. Else the `group` query heads that share a
+    key/value head become rows of one query, [b, kv_heads, group*s, hd] (row g*s + i: head g
+    of the group at position i), each masked as its position says."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     b, heads, s, hd = q.shape
     group = heads // k.shape[1]
     q = q.reshape(b, k.shape[1], group * s, hd)
@@ -121,9 +125,9 @@ def flex(q, k, v, positions, mask):
 
 def split_attention(q, k, v, positions, mask):
     """At one query per sequence (decode): decode_attention's split kernels, reading the keys
-    up to the position; more queries (prefill) go to SDPA."""
+    up to the position; the prompt (mask None) and more queries go to SDPA."""
     head_dim = q.shape[-1]
-    if q.shape[2] > 1 or head_dim & (head_dim - 1):  # its tiles need a power-of-two head_dim
+    if mask is None or q.shape[2] > 1 or head_dim & (head_dim - 1):  # power-of-two tiles
         return sdpa_attention(q, k, v, positions, mask)
     return torch.ops.profiling_pytorch.decode_attention(q, k, v, positions[-1:])
 
@@ -157,8 +161,10 @@ class Attention(nn.Module):
         k = k.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
         v = v.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
         q, k = rope(q, positions), rope(k, positions)
-        k, v = cache.update(layer, k, v, positions)  # written, then every key and value so far
-        a = attend(q, k, v, positions, mask)  # [b, heads, s, hd], maybe strided
+        cached = cache.update(layer, k, v, positions)  # written, then every key and value so far
+        # mask None: the prompt, written from position 0, reads its own keys (the cache holds
+        # nothing before them): causal over s keys rather than masked over the cache's length
+        a = attend(q, *((k, v) if mask is None else cached), positions, mask)  # maybe strided
         return a.transpose(1, 2).reshape(b, s, -1)
 
 
@@ -212,14 +218,16 @@ class Llama(nn.Module):
         self.rope = Rope(cfg, max_len)
         self.decode = None  # a decode step's own forward (decode_gemv.decode), if any
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache, decoding=False):
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache, *, decoding: bool):
         """tokens [batch, seq] at `positions` [seq] (a tensor, so that a CUDA graph can replay
         the step at the next position); returns the last position's logits [batch, vocab].
-        decoding: a decode step, which self.decode runs instead of the layers where it is set
-        (08_generate --gemv: decode_gemv.decode)."""
+        decoding: a decode step, reading the cache (self.decode runs it instead of the layers
+        where it is set: 08_generate --gemv, decode_gemv.decode). Else a prompt written from
+        position 0 (prefill), whose attention needs no more than its own keys."""
         x = self.model.embed_tokens(tokens)
-        # [seq, keys]: which cached keys each position sees (FlexAttention computes its own)
-        mask = None if self.attend is flex else cache.mask(positions)
+        # [seq, keys]: which cached keys each position sees (FlexAttention computes its own
+        # from the positions); None for the prompt, which attends causally over its own keys
+        mask = cache.mask(positions) if decoding else None
         if decoding and self.decode is not None:
             return self.decode(self, x, positions, cache, mask)
         for i, layer in enumerate(self.model.layers):

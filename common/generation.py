@@ -12,23 +12,54 @@ from common.measuring import timing
 from tracereader.analyses.generation import WORDS
 
 
-def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5):
+def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5, gemms=None):
     """Prefill and decode apart, without a sync per token: a generation of one token (prefill
     alone) and one of new_tokens, each timed whole; a decode token = their difference /
-    (new_tokens - 1). Medians (20th-80th percentiles) of `repeats` pairs."""
+    (new_tokens - 1). Medians (20th-80th percentiles) of `repeats` pairs. `gemms` (a callable,
+    gemm_sequence's) is timed the same way in each repeat, beside them: the same power state
+    of the GPU. Returns (prefill, token, gemms or None)."""
 
-    def seconds(n):
+    def seconds(fn):
         profiling.synchronize(run)
         start = time.perf_counter()
-        generation(n)
+        fn()
         profiling.synchronize(run)
         return time.perf_counter() - start
 
-    seconds(new_tokens)  # warm
-    pairs = [(seconds(1), seconds(new_tokens)) for _ in range(repeats)]
+    seconds(lambda: generation(new_tokens))  # warm
+    calls = [lambda: generation(1), lambda: generation(new_tokens)] + ([gemms] if gemms else [])
+    samples = [[seconds(fn) for fn in calls] for _ in range(repeats)]
     how = f"{repeats} generations of 1 and of {new_tokens} tokens, each timed whole"
-    token = timing.summarize([(n - one) / (new_tokens - 1) for one, n in pairs], how)
-    return timing.summarize([one for one, _ in pairs], how), token
+    token = timing.summarize([(n - one) / (new_tokens - 1) for one, n, *_ in samples], how)
+    prefill = timing.summarize([one for one, *_ in samples], how)
+    beside = f"{repeats} runs, each timed whole beside a pair of those generations"
+    alone = timing.summarize([s[2] for s in samples], beside) if gemms else None
+    return prefill, token, alone
+
+
+def gemm_sequence(calls: list[tuple[int, object]], run: Run):
+    """A callable running these GEMMs, (rows x K) @ weight.T for each (rows, weight), in order
+    on random activations: on a GPU replaying them as one CUDA graph (their device time, no
+    launch between them), elsewhere calling them."""
+    import torch
+
+    inputs = {}
+    for rows, w in calls:  # one activation per shape: what a GEMM reads besides its weight
+        inputs.setdefault((rows, w.shape[1]), torch.randn(rows, w.shape[1], device=w.device,
+                                                          dtype=w.dtype))  # fmt: skip
+
+    def run_all():
+        for rows, w in calls:
+            torch.mm(inputs[rows, w.shape[1]], w.t())
+
+    if not run.on_gpu:
+        return run_all
+    run_all()  # cuBLAS's workspaces and heuristics: before the capture
+    torch.cuda.synchronize(run.device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run_all()
+    return graph.replay
 
 
 def time_gemms(shapes: dict[tuple[int, int, int], int], run: Run) -> tuple[float, float]:

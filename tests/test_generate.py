@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -70,6 +71,8 @@ def test_eager_static_cache_gives_the_references_tokens_and_holds_its_guess(eage
     assert "attention read [[32], [32], [32]] keys" in printed  # static: all of it, 17 -> 32
     assert "KV cache: 0.016 MiB held" in printed  # 2 x 2 x 2 x 16 x 32 x 2 bytes x 2
     assert "decode:" in printed and "tokens/s" in printed  # --bench's median
+    # prefill held to its own 15 GEMMs run in sequence (a CPU: no graph, no do_bench line)
+    assert "its 15 GEMMs in prefill's order on the model's weights, timed beside it" in printed
     name = next((folder / SCRIPT).glob("*.json")).name
     assert name == "tiny_b2_p12_n6_bf16_static_eager_w0-1-3_cpu.json"
     phases = tracereader.generation_steps(trace_of(folder))
@@ -118,14 +121,34 @@ def test_fusing_the_projections_keeps_the_models_logits():
     cfg = llama.PRESETS["tiny"]
     model = llama.build(cfg, 64, "cpu", torch.float32)
     tokens, positions = torch.randint(0, cfg.vocab, (2, 40)), torch.arange(40)
-    before = model(tokens, positions, lesson.DynamicCache(cfg.layers))
+    before = model(tokens, positions, lesson.DynamicCache(cfg.layers), decoding=False)
     model.fuse_projections()
     linears = {n.split(".")[-2] for n, _ in model.named_parameters() if "layers" in n}
     assert linears == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", *NORMS}
     for attend in llama.ATTENTION.values():
         model.attend = attend
-        after = model(tokens, positions, lesson.DynamicCache(cfg.layers))
+        after = model(tokens, positions, lesson.DynamicCache(cfg.layers), decoding=False)
         torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
+def test_the_prompts_causal_attention_over_its_own_keys_is_the_masked_one_over_the_cache():
+    """Prefill reads only the keys it writes (mask None: causal, the fused kernels skip what
+    lies past each query): the same as attending over a longer cache whose later positions
+    are masked, whatever they hold, for grouped queries at odd sizes."""
+    torch.manual_seed(0)
+    for b, heads, kv, s, d, cache_len in [
+        (2, 6, 2, 13, 16, 40),
+        (1, 4, 4, 1, 8, 8),
+        (1, 8, 2, 31, 32, 31),
+    ]:
+        q, k, v = torch.randn(b, heads, s, d), torch.randn(b, kv, s, d), torch.randn(b, kv, s, d)
+        junk = torch.full((b, kv, cache_len - s, d), 1e4)
+        k_cache, v_cache = torch.cat([k, junk], dim=2), torch.cat([v, junk], dim=2)
+        positions = torch.arange(s)
+        mask = torch.arange(cache_len) <= positions[:, None]
+        masked = llama.sdpa_attention(q, k_cache, v_cache, positions, mask)
+        for attend in (llama.sdpa_attention, llama.split_attention):
+            torch.testing.assert_close(attend(q, k, v, positions, None), masked)
 
 
 @pytest.mark.slow
@@ -248,7 +271,9 @@ def test_transformers_model_keeps_its_rotary_frequencies_in_float32():
     assert all(b.dtype == torch.float32 for n, b in hf.named_buffers() if "inv_freq" in n)
     tokens = torch.randint(0, cfg.vocab, (1, 241))
     theirs = hf(tokens).logits[:, -1].float()
-    mine = ours(tokens, torch.arange(241), load_script(SCRIPT).DynamicCache(cfg.layers)).float()
+    mine = ours(
+        tokens, torch.arange(241), load_script(SCRIPT).DynamicCache(cfg.layers), decoding=False
+    ).float()
     assert (theirs - mine).pow(2).mean().sqrt() < 0.1 * mine.pow(2).mean().sqrt()
 
 
@@ -261,7 +286,9 @@ def test_the_cache_gives_what_recomputing_the_whole_sequence_gives():
     tokens, logits = lesson.reference(model, prompt, 6)
     seq = prompt
     for i in range(6):  # no cache at all: the whole sequence every token
-        full = model(seq, torch.arange(seq.shape[1]), lesson.DynamicCache(cfg.layers))
+        full = model(
+            seq, torch.arange(seq.shape[1]), lesson.DynamicCache(cfg.layers), decoding=False
+        )
         torch.testing.assert_close(full, logits[:, i], rtol=1e-5, atol=1e-5)
         seq = torch.cat([seq, full.argmax(-1, keepdim=True)], dim=1)
     assert torch.equal(seq[:, 9:], tokens)
@@ -308,6 +335,25 @@ def test_prefills_flops_are_its_weights_twice_per_token_and_the_causal_attention
     assert lesson.prefill_flops(fused) == lesson.prefill_flops(v)  # the same weights
     assert sum(lesson.prefill_gemms(fused).values()) == 4 * 32 + 1
     assert lesson.prefill_gemms(fused)[(512, 4096, 2 * 14336)] == 32
+
+
+def test_the_ruler_times_the_gemms_prefill_runs_on_the_models_own_weights():
+    """The GEMMs prefill is held to are its own: the shapes and counts prefill_gemms counts
+    FLOPs from, fused or not, on the weights of our model or of transformers' copy of it."""
+    lesson = load_script(SCRIPT)
+    cfg = llama.PRESETS["tiny"]
+    ours = llama.build(cfg, 32, "cpu", torch.float32)
+    hf = llama.hf_model(ours, 32)
+    for fused, impl, model in ((False, "ours", ours), (False, "hf", hf), (True, "ours", ours)):
+        v = lesson.Variant(cfg, 2, 12, 32, "static", impl, False, False, fused=fused)
+        if fused:
+            model.fuse_projections()
+        calls = lesson.prefill_weights(v, model)
+        shapes = Counter((rows, w.shape[1], w.shape[0]) for rows, w in calls)
+        assert shapes == lesson.prefill_gemms(v)
+        assert calls[-1][1] is model.lm_head.weight and calls[0][0] == 24
+        timed = {id(w) for _, w in calls}
+        assert timed == {id(p) for n, p in model.named_parameters() if "proj" in n or "head" in n}
 
 
 def gpu_generation_trace(path, *, host_gap_us: float, graphs: bool, kernel_us: float = 5,
