@@ -135,13 +135,6 @@ def split_attention(q, k, v, positions, mask):
 ATTENTION = {"sdpa": sdpa_attention, "flex": flex, "split": split_attention}
 
 
-def plus(residual: torch.Tensor, x: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
-    """residual + linear(x) as one GEMM: cuBLAS adds the residual in its epilogue (addmm,
-    beta 1) instead of a kernel after it reading both and writing their sum."""
-    out = torch.addmm(residual.flatten(0, -2), x.flatten(0, -2), linear.weight.t())
-    return out.view_as(residual)
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -153,14 +146,12 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.heads * hd, cfg.dim, bias=False)
         self.sizes = [cfg.heads * hd, kv, kv]  # q's, k's and v's columns of a fused qkv
 
-    def forward(self, x, residual, positions, rope, cache, layer: int, mask, attend):
-        """residual + the attention of x (the residual added by o_proj's GEMM)."""
+    def forward(self, x, positions, rope, cache, layer: int, mask, attend) -> torch.Tensor:
         if hasattr(self, "qkv_proj"):  # fused: one GEMM, its output split in three
             q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        mixed = self.mix(q, k, v, positions, rope, cache, layer, mask, attend)
-        return plus(residual, mixed, self.o_proj)
+        return self.o_proj(self.mix(q, k, v, positions, rope, cache, layer, mask, attend))
 
     def mix(self, q, k, v, positions, rope, cache, layer: int, mask, attend) -> torch.Tensor:
         """The projections [b, s, *] to heads, rotated, cached, attended: [b, s, heads x hd]."""
@@ -184,13 +175,12 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.dim, cfg.hidden, bias=False)
         self.down_proj = nn.Linear(cfg.hidden, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        """residual + the MLP of x (the residual added by down_proj's GEMM)."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "gate_up_proj"):  # fused: one GEMM, gate's columns then up's
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return plus(residual, F.silu(gate) * up, self.down_proj)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Layer(nn.Module):
@@ -242,8 +232,8 @@ class Llama(nn.Module):
             return self.decode(self, x, positions, cache, mask)
         for i, layer in enumerate(self.model.layers):
             h = layer.input_layernorm(x)
-            x = layer.self_attn(h, x, positions, self.rope, cache, i, mask, self.attend)
-            x = layer.mlp(layer.post_attention_layernorm(x), x)
+            x = x + layer.self_attn(h, positions, self.rope, cache, i, mask, self.attend)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.lm_head(self.model.norm(x[:, -1]))
 
     def fuse_projections(self) -> Llama:
