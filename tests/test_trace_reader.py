@@ -185,6 +185,12 @@ def test_inductor_names_decode_into_their_fused_ops():
         "pointwise: _unsafe_view + gelu + mul"
     )
     assert classify("triton_tem_fused_mm_t_view_0").facts["fused_ops"] == ["mm", "t", "view"]
+    # a combo kernel's name holds its number only (H200 and H100, torch 2.11, 08_generate
+    # --gemv): no op called "2"
+    combo = classify("triton_poi_fused_2")
+    assert (combo.cls, combo.facts["fused_ops"]) == ("inductor", [])
+    assert combo.detail == "pointwise, ops not named (a combo kernel)"
+    assert classify("triton_red_fused_10").facts == {"kind": "reduction", "fused_ops": []}
     # FlexAttention's template is attention (H200, torch 2.11); its combining reduction is not
     flex = "triton_tem_fused__to_copy__unsafe_view_add_cat_flex_attention_index_mul_neg_0"
     assert classify(flex).cls == "attention"

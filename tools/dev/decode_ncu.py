@@ -1,8 +1,9 @@
-"""One decode token of 08_generate's 8B model under Nsight Compute: what each kernel of the
-token reads from DRAM and how near the memory's peak it runs (issue 28's "where a target is
-missed, Nsight Compute's figures"). Builds the model in bf16 (random weights, no float32
-reference: the lesson checks tokens), generates once to compile and capture, then brackets one
-decode step with cudaProfilerStart/Stop for `ncu --profile-from-start off`:
+"""One decode token (or, --prefill, the prompt) of 08_generate's 8B model under Nsight Compute:
+what each kernel reads from DRAM and how near the memory's peak it runs (issue 28's "where a
+target is missed, Nsight Compute's figures"). Builds the model in bf16 (random weights, no
+float32 reference: the lesson checks tokens), generates once to compile and capture, then
+brackets one decode step (or one prefill) with cudaProfilerStart/Stop for
+`ncu --profile-from-start off`:
 
     ncu --profile-from-start off --graph-profiling node --section SpeedOfLight \
         --section MemoryWorkloadAnalysis -o OUT python3 -m tools.dev.decode_ncu --compile \
@@ -42,6 +43,8 @@ def main() -> int:
     p.add_argument("--cuda-graphs", action="store_true")
     p.add_argument("--fuse", action="store_true")
     p.add_argument("--attention", default="sdpa", choices=list(llama.ATTENTION))
+    p.add_argument("--gemv", action="store_true", help="decode's projections as decode_gemv's")
+    p.add_argument("--prefill", action="store_true", help="bracket the prefill, not a token")
     args = p.parse_args()
     cfg = llama.PRESETS[args.preset]
     if not (
@@ -57,11 +60,14 @@ def main() -> int:
     run = cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
     max_len = -(-(args.prompt + args.new_tokens - 1) // 16) * 16
     v = g.Variant(cfg, 1, args.prompt, max_len, "static", "ours", args.compile,
-                  args.cuda_graphs, args.fuse, args.attention, args.autotune)  # fmt: skip
+                  args.cuda_graphs, args.fuse, args.attention, args.autotune,
+                  args.gemv)  # fmt: skip
     model = llama.build(cfg, max_len + 1, run.device, run.dtype)
     model.attend = llama.ATTENTION[args.attention]
     if args.fuse:
         model.fuse_projections()
+    if args.gemv:
+        model.decode = g.decode_gemv.decode
     prompt = g.make_prompt(v, 0, run)
     generation = g.Generation(v, model, prompt, args.new_tokens, run)
     start = time.perf_counter()
@@ -74,12 +80,16 @@ def main() -> int:
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
     t0 = time.perf_counter()
-    generation.step()
+    (generation.prefill if args.prefill else generation.step)()
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     torch.cuda.cudart().cudaProfilerStop()
-    print(f"profiled decode step at position {args.prompt + args.new_tokens // 2}: "
-          f"{(t1 - t0) * 1e3:.3f} ms (under ncu: its replays)")  # fmt: skip
+    what = (
+        "prefill"
+        if args.prefill
+        else f"decode step at position {args.prompt + args.new_tokens // 2}"
+    )
+    print(f"profiled {what}: {(t1 - t0) * 1e3:.3f} ms (under ncu: its replays)")
     return 0
 
 

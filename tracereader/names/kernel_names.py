@@ -459,6 +459,8 @@ GEMV_MIN_BLOCKS = 64
 
 
 def _inductor_kernel(facts: dict) -> KernelClass:
+    if not facts["fused_ops"]:  # triton_poi_fused_2: as Inductor names its combo kernels
+        return KernelClass("inductor", f"{facts['kind']}, ops not named (a combo kernel)", facts)
     return KernelClass("inductor", f"{facts['kind']}: {' + '.join(facts['fused_ops'])}", facts)
 
 
@@ -474,7 +476,10 @@ def _inductor(name: str) -> KernelClass:
     found = _INDUCTOR.match(name)
     if not found:
         return KernelClass("inductor", "Inductor Triton kernel")
-    kind, ops = found.group(1), decode_fused_ops(found.group(3))
+    # a combo kernel (several of Inductor's independent kernels in one launch) carries no op
+    # names: triton_poi_fused_2, whose 2 is its number
+    kind, joined = found.group(1), found.group(3)
+    ops = [] if joined.isdigit() else decode_fused_ops(joined)
     facts = {"kind": _INDUCTOR_KINDS[kind], "fused_ops": ops}
     if kind == "tem" and _INDUCTOR_GEMMS.intersection(ops):
         # max-autotune's Triton GEMM templates (triton_tem_fused_mm_...): GEMMs, whatever
