@@ -262,9 +262,10 @@ def test_transformers_generate_is_read_balanced_with_its_syncs_named():
 
 def test_gemv_decode_reads_as_gemms_without_the_single_block_kernels():
     """--gemv (H200, 2026-11-26 18:45Z, combo kernels on): decode_gemv.py's kernels read as
-    the token's GEMMs, 4 a layer and the head, and the RMSNorms' single-block statistics kernels that --autotune's
-    token spends 5% of its GPU time in are gone (each GEMV computes its norm): no "one block"
-    finding, where the autotuned trace of the same kind of machine has one."""
+    the token's GEMMs, 4 a layer and the head, and the RMSNorms' single-block statistics
+    kernels that --autotune's token spends 5% of its GPU time in are gone (each GEMV computes
+    its norm): no "one block" finding, where the autotuned trace of the same kind of machine
+    has one."""
     trace = trace_reader.load(FOLDER / f"{STEM}graphs_fused_split_gemv_compile.json.gz")
     for step in tracereader.generation_steps(trace)["decode"]:
         assert step.count("gemm") == 4 * LAYERS + 1 and step.count("attention") == LAYERS
