@@ -32,8 +32,9 @@ same weights through transformers' LlamaForCausalLM and its `generate` with a st
 
 Guess first. Per recorded step, with L layers, batch B and a prompt of P tokens:
   prefill  7L + 1 GEMMs (4L + 1 with --fuse): the layers' with M = B x P rows, the head's with
-           M = B (only the last position's logits are needed); L attention kernels. Its FLOPs
-           at the rate its GEMMs reach alone (each shape timed by itself) are its floor.
+           M = B (only the last position's logits are needed); L attention kernels, the prompt
+           attending causally over its own keys. Its floor: its FLOPs at the rate its GEMMs
+           reach (--bench: each shape timed alone, and all of them in sequence as it runs them).
   decode   the same kernels every token: 7L + 1 GEMMs (4L + 1) with M = B (matrix-vector shaped
            at B = 1), L attention kernels reading the whole cache (static: its full length,
            masked; dynamic: every token so far). Eager: one launch per kernel from the host.
