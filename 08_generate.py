@@ -582,13 +582,16 @@ def parse(argv):
     return args
 
 
-def bytes_needed(cfg: llama.Config, batch, prompt, new_tokens, elt, *, reference: bool) -> int:
+def bytes_needed(cfg: llama.Config, batch, prompt, new_tokens, elt, *, reference: bool,
+                 bench: bool = False) -> int:  # fmt: skip
     """What a generation holds at most: the weights, its cache and prefill's largest
     activations (the MLP's [B x P, hidden] three times, float32 at most); with the float32
     reference first, the weights in float32 (converted in place after), its growing cache too
-    and its logits for every token."""
+    and its logits for every token. --bench adds its ruler's: the GEMMs' inputs and, in its
+    graph's pool, the largest output (gate_up's)."""
     kv = kv_arithmetic(cfg, prompt + new_tokens, batch, 1)
     acts = 3 * batch * prompt * (cfg.hidden + cfg.dim) * 4
+    acts += bench * batch * prompt * (cfg.dim + cfg.hidden + 2 * cfg.hidden) * elt
     if not reference:
         return cfg.params() * elt + kv * elt + acts
     return cfg.params() * 4 + kv * (elt + 4) + batch * new_tokens * cfg.vocab * 4 + acts
@@ -603,7 +606,7 @@ def main(argv=None) -> int:
             raise cli.UsageError(why)
     cfg, elt = llama.PRESETS[args.preset], cli.element_size(run)
     sizes = (args.prompt, args.new_tokens, elt)
-    need = bytes_needed(cfg, args.batch, *sizes, reference=True)
+    need = bytes_needed(cfg, args.batch, *sizes, reference=True, bench=args.bench)
     for batch in args.sweep_batch or ():  # the sweep checks no tokens: no reference
         need = max(need, bytes_needed(cfg, batch, *sizes, reference=False))
     cli.ensure_fits(need, run, trace=cli.profiled(args, events_per_step(cfg.layers)))
@@ -713,8 +716,12 @@ def copy_bandwidth(run: cli.Run, *, fresh: bool) -> float:
 
 
 def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> None:
-    if run.on_gpu:
+    peak = None
+    if run.on_gpu:  # a generation's own peak, before the rulers below allocate theirs
         torch.cuda.reset_peak_memory_stats(run.device)
+        generation(args.new_tokens)
+        torch.cuda.synchronize(run.device)
+        peak = torch.cuda.max_memory_allocated(run.device)
     weights = prefill_weights(v, generation.model)
     gemms = plumbing.gemm_sequence(weights, run)
     prefill_t, token, gemms_t = plumbing.time_generation(generation, args.new_tokens, run,
@@ -743,8 +750,7 @@ def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> No
     if floor:
         print(f"  = {token.median_s / floor:.2f}x the bandwidth floor: "
               f"{floor / token.median_s:.0%} of the floor's speed")  # fmt: skip
-    if run.on_gpu:
-        peak = torch.cuda.max_memory_allocated(run.device)
+    if peak is not None:
         print(f"  peak device memory in a generation: {peak / 2**30:.2f} GiB")
 
 

@@ -15,9 +15,9 @@ from tracereader.analyses.generation import WORDS
 def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5, gemms=None):
     """Prefill and decode apart, without a sync per token: a generation of one token (prefill
     alone) and one of new_tokens, each timed whole; a decode token = their difference /
-    (new_tokens - 1). Medians (20th-80th percentiles) of `repeats` pairs. `gemms` (a callable,
-    gemm_sequence's) is timed the same way in each repeat, beside them: the same power state
-    of the GPU. Returns (prefill, token, gemms or None)."""
+    (new_tokens - 1). Medians (20th-80th percentiles) of `repeats` such pairs. `gemms` (a
+    callable, gemm_sequence's) is timed the same way in each repeat, beside the pair: the same
+    power state of the GPU. Returns (prefill, token, gemms or None)."""
 
     def seconds(fn):
         profiling.synchronize(run)
@@ -27,6 +27,8 @@ def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5, gem
         return time.perf_counter() - start
 
     seconds(lambda: generation(new_tokens))  # warm
+    if gemms:
+        seconds(gemms)
     calls = [lambda: generation(1), lambda: generation(new_tokens)] + ([gemms] if gemms else [])
     samples = [[seconds(fn) for fn in calls] for _ in range(repeats)]
     how = f"{repeats} generations of 1 and of {new_tokens} tokens, each timed whole"

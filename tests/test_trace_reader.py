@@ -189,7 +189,7 @@ def test_inductor_names_decode_into_their_fused_ops():
     # --gemv): no op called "2"
     combo = classify("triton_poi_fused_2")
     assert (combo.cls, combo.facts["fused_ops"]) == ("inductor", [])
-    assert combo.detail == "pointwise, ops not named (a combo kernel)"
+    assert combo.detail == "pointwise, ops not in its name (as Inductor names its combo kernels)"
     assert classify("triton_red_fused_10").facts == {"kind": "reduction", "fused_ops": []}
     # FlexAttention's template is attention (H200, torch 2.11); its combining reduction is not
     flex = "triton_tem_fused__to_copy__unsafe_view_add_cat_flex_attention_index_mul_neg_0"

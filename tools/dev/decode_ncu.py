@@ -53,6 +53,10 @@ def main() -> int:
         print(f"error: --prompt and --new-tokens: positive, at most {cfg.context} together",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.gemv and not args.fuse:
+        print("error: --gemv needs --fuse (its GEMVs read the fused qkv and gate_up)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if not torch.cuda.is_available():
         print("error: decode_ncu needs a CUDA GPU", file=sys.stderr)
         return 2

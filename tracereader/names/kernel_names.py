@@ -460,7 +460,8 @@ GEMV_MIN_BLOCKS = 64
 
 def _inductor_kernel(facts: dict) -> KernelClass:
     if not facts["fused_ops"]:  # triton_poi_fused_2: as Inductor names its combo kernels
-        return KernelClass("inductor", f"{facts['kind']}, ops not named (a combo kernel)", facts)
+        detail = f"{facts['kind']}, ops not in its name (as Inductor names its combo kernels)"
+        return KernelClass("inductor", detail, facts)
     return KernelClass("inductor", f"{facts['kind']}: {' + '.join(facts['fused_ops'])}", facts)
 
 
