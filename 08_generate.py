@@ -472,8 +472,10 @@ def prefill_flops(v: Variant) -> float:
     """Its GEMMs' 2MKN, and attention's: q.k and p.v over the causal half (position i sees
     i + 1 keys), 2 x 2 x head_dim FLOPs per query head and key seen."""
     c, p = v.cfg, v.prompt
-    gemms = sum(2 * m * k * n * count for (m, k, n), count in prefill_gemms(v).items())
-    return gemms + c.layers * v.batch * c.heads * 4 * c.head_dim * p * (p + 1) / 2
+    return (
+        plumbing.gemm_flops(prefill_gemms(v))
+        + c.layers * v.batch * c.heads * 4 * c.head_dim * p * (p + 1) / 2
+    )
 
 
 def kv_arithmetic(cfg: llama.Config, tokens: int, batch: int, elt: int) -> int:
@@ -727,9 +729,9 @@ def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> No
     prefill_t, token, gemms_t = plumbing.time_generation(generation, args.new_tokens, run,
                                                          gemms=gemms)  # fmt: skip
     print(f"bench (profiler detached): prefill {prefill_t.us()}")
-    flops = prefill_flops(v)
+    flops, gemm_flops = prefill_flops(v), plumbing.gemm_flops(prefill_gemms(v))
     if run.on_gpu:  # its floor, two ways: each GEMM shape timed alone, and all in sequence
-        alone_s, gemm_flops = plumbing.time_gemms(prefill_gemms(v), run)
+        alone_s = plumbing.time_gemms(prefill_gemms(v), run)
         ideal = flops / (gemm_flops / alone_s)
         print(f"  prefill's {flops / 1e12:.3f} TFLOP at the rate its GEMMs reach alone "
               f"({gemm_flops / alone_s / 1e12:.0f} TFLOP/s, each shape timed by itself) take "
@@ -738,7 +740,7 @@ def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> No
     # do_bench flushes L2 before each call, whose dirty lines are written back during the
     # GEMM: these GEMMs back to back, on the model's weights, as prefill runs them, reach more.
     # Prefill against them: what its other kernels and the gaps between them cost.
-    rate = sum(2 * rows * w.shape[0] * w.shape[1] for rows, w in weights) / gemms_t.median_s
+    rate = gemm_flops / gemms_t.median_s  # the same GEMMs (prefill_weights' test)
     print(f"  its {len(weights)} GEMMs in prefill's order on the model's weights"
           f"{', one CUDA graph' * run.on_gpu}, timed beside it: {gemms_t.us()} = "
           f"{rate / 1e12:.3g} TFLOP/s; prefill's FLOPs at that rate take "

@@ -162,9 +162,9 @@ class Attention(nn.Module):
         v = v.view(b, s, c.kv_heads, c.head_dim).transpose(1, 2)
         q, k = rope(q, positions), rope(k, positions)
         cached = cache.update(layer, k, v, positions)  # written, then every key and value so far
-        # mask None: the prompt, written from position 0, reads its own keys (the cache holds
-        # nothing before them): causal over s keys rather than masked over the cache's length
-        a = attend(q, *((k, v) if mask is None else cached), positions, mask)  # maybe strided
+        if mask is not None:  # decode reads the cache; the prompt (mask None), written from
+            k, v = cached  # position 0, only its own keys: causal over s, not masked over all
+        a = attend(q, k, v, positions, mask)  # [b, heads, s, hd], maybe strided
         return a.transpose(1, 2).reshape(b, s, -1)
 
 

@@ -47,8 +47,9 @@ def gemm_sequence(calls: list[tuple[int, object]], run: Run):
 
     inputs = {}
     for rows, w in calls:  # one activation per shape: what a GEMM reads besides its weight
-        inputs.setdefault((rows, w.shape[1]), torch.randn(rows, w.shape[1], device=w.device,
-                                                          dtype=w.dtype))  # fmt: skip
+        if (rows, w.shape[1]) not in inputs:
+            inputs[rows, w.shape[1]] = torch.randn(rows, w.shape[1], device=w.device,
+                                                   dtype=w.dtype)  # fmt: skip
 
     def run_all():
         for rows, w in calls:
@@ -64,18 +65,22 @@ def gemm_sequence(calls: list[tuple[int, object]], run: Run):
     return graph.replay
 
 
-def time_gemms(shapes: dict[tuple[int, int, int], int], run: Run) -> tuple[float, float]:
-    """(seconds, FLOPs) of these GEMMs {(M, K, N): count} each shape timed alone in the run's
-    dtype on random data (median, profiler detached, L2 flushed between calls), x its count."""
+def gemm_flops(shapes: dict[tuple[int, int, int], int]) -> int:
+    """2MKN of these GEMMs {(M, K, N): count}, each times its count."""
+    return sum(2 * m * k * n * count for (m, k, n), count in shapes.items())
+
+
+def time_gemms(shapes: dict[tuple[int, int, int], int], run: Run) -> float:
+    """Seconds of these GEMMs {(M, K, N): count}, each shape timed alone in the run's dtype on
+    random data (median, profiler detached, L2 flushed between calls), x its count."""
     import torch
 
-    seconds = flops = 0.0
+    seconds = 0.0
     for (m, k, n), count in shapes.items():
         a = torch.randn(m, k, device=run.device, dtype=run.dtype)
         w = torch.randn(n, k, device=run.device, dtype=run.dtype)
         seconds += count * timing.time_fn(lambda a=a, w=w: a @ w.t(), on_gpu=run.on_gpu).median_s
-        flops += count * 2 * m * k * n
-    return seconds, flops
+    return seconds
 
 
 def batches(text: str) -> list[int]:

@@ -32,7 +32,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import llama
+from common import cli
+from common import generation as plumbing
 from common.measuring import timing
+from tools.dev.decode_ncu import lesson
 
 SHAPE = dict(batch=1, prompt=512, max_len=768)  # the lesson's 8b bench: 512 + 256 new tokens
 
@@ -117,27 +120,13 @@ def _kernels(fn) -> str:
     return ", ".join(f"{e.name[:60]} {e.device_time:.1f}us" for e in gpu)
 
 
-def prefill_gemms(model: llama.Llama, m: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(activation, weight) of each prefill GEMM in the order prefill runs them."""
-    dev, dt = model.lm_head.weight.device, model.lm_head.weight.dtype
-    calls = []
-    for layer in model.model.layers:
-        a, p = layer.self_attn, layer.mlp
-        for w in (a.qkv_proj.weight, a.o_proj.weight, p.gate_up_proj.weight, p.down_proj.weight):
-            calls.append((torch.randn(m, w.shape[1], device=dev, dtype=dt), w))
-    w = model.lm_head.weight
-    calls.append((torch.randn(1, w.shape[1], device=dev, dtype=dt), w))
-    return calls
-
-
 def ruler(model: llama.Llama) -> None:
-    m = SHAPE["batch"] * SHAPE["prompt"]
-    calls = prefill_gemms(model, m)
-    flops = sum(2 * a.shape[0] * a.shape[1] * w.shape[0] for a, w in calls)
-    shapes: dict[tuple[int, int, int], int] = {}
-    for a, w in calls:
-        key = (a.shape[0], a.shape[1], w.shape[0])
-        shapes[key] = shapes.get(key, 0) + 1
+    g = lesson()  # the lesson's own list of prefill's GEMMs, and --bench's graph of them
+    run = cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
+    v = g.Variant(model.cfg, SHAPE["batch"], SHAPE["prompt"], SHAPE["max_len"], "static", "ours",
+                  True, True, fused=True)  # fmt: skip
+    shapes, calls = g.prefill_gemms(v), g.prefill_weights(v, model)
+    flops = plumbing.gemm_flops(shapes)
     print(f"ruler: the prefill's {len(calls)} GEMMs, {flops / 1e12:.3f} TFLOP")
     for label, std in (("each shape alone, N(0, 1) data (--bench's ruler)", 1.0),
                        ("each shape alone, weights std 0.02 as the model's", 0.02)):  # fmt: skip
@@ -151,17 +140,7 @@ def ruler(model: llama.Llama) -> None:
                 print(f"    ({mm}, {k}, {n}) x{count}: {t * 1e6:.1f} us, "
                       f"{2 * mm * k * n / t / 1e12:.0f} TFLOP/s")  # fmt: skip
         print(f"  {label}: {total * 1e3:.3f} ms, {flops / total / 1e12:.0f} TFLOP/s")
-    outs = [torch.empty(a.shape[0], w.shape[0], device="cuda", dtype=a.dtype) for a, w in calls]
-
-    def sequence():
-        for (a, w), o in zip(calls, outs, strict=True):
-            torch.mm(a, w.t(), out=o)
-
-    sequence()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        sequence()
+    replay = plumbing.gemm_sequence(calls, run)
     for label, pause in (("the model's GEMMs in order, one graph, after 50 ms idle", 0.05),
                          ("the same, replayed back to back", 0.0)):  # fmt: skip
         samples = []
@@ -175,7 +154,7 @@ def ruler(model: llama.Llama) -> None:
                     torch.cuda.Event(enable_timing=True),
                 )
                 start.record()
-                graph.replay()
+                replay()
                 end.record()
                 if pause:
                     end.synchronize()
@@ -186,7 +165,7 @@ def ruler(model: llama.Llama) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        graph.replay()
+        replay()
         torch.cuda.synchronize()
     per: dict[str, list[float]] = {}
     for e in prof.events():
