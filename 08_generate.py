@@ -19,22 +19,25 @@ in place, the positions not yet written masked. `--compile` compiles the prefill
 step; `--cuda-graphs` captures each, as it is (eager or compiled), in a torch.cuda.CUDAGraph
 replayed once per prompt and once per token (our call: graphs we capture ourselves, rather than
 mode="reduce-overhead", so the same steps run both ways and the trace shows exactly one launch).
-What then remains is the kernels themselves, and three flags change those: `--fuse` reads q, k,
+What then remains is the kernels themselves, and four flags change those: `--fuse` reads q, k,
 v with one GEMM and gate, up with another (the same weights: at one row per sequence a small
 GEMM cannot keep the memory busy, a larger one can); `--attention split` runs decode's attention
 through decode_attention.py's Triton kernels, which split the cache across the SMs and read only
 the positions written (SDPA's kernels give each key/value head to one block: 8 blocks at batch
 1); `--attention flex` through FlexAttention; `--gemv` (batch 1, with --fuse) runs each of a
 token's projections as decode_gemv.py's Triton GEMV, its RMSNorm or SiLU gate and its residual
-add inside it, on tiles fixed per shape rather than tuned on the machine. `--impl hf` runs the
+add inside it, on tiles fixed per shape rather than tuned on the machine (and the prompt's head);
+`--fused-gate` (with --fuse, SM90) computes a prompt's gate/up GEMM and SiLU gate in one Gluon
+kernel (gluon_geglu.py), so the [B x P, 2 x hidden] product never leaves it. `--impl hf` runs the
 same weights through transformers' LlamaForCausalLM and its `generate` with a static cache
 (compiled by transformers itself on a GPU, into CUDA graphs).
 
 Guess first. Per recorded step, with L layers, batch B and a prompt of P tokens:
-  prefill  7L + 1 GEMMs (4L + 1 with --fuse): the layers' with M = B x P rows, the head's with
-           M = B (only the last position's logits are needed); L attention kernels, the prompt
-           attending causally over its own keys. Its floor: its FLOPs at the rate its GEMMs
-           reach (--bench: each shape timed alone, and all of them in sequence as it runs them).
+  prefill  7L + 1 GEMMs (4L + 1 with --fuse, 3L + 1 and L gated Gluon kernels with
+           --fused-gate): the layers' with M = B x P rows, the head's with M = B (only the last
+           position's logits are needed); L attention kernels, the prompt attending causally
+           over its own keys. Its floor: its FLOPs at the rate its GEMMs reach (--bench: each
+           shape timed alone, and all of them in sequence as it runs them).
   decode   the same kernels every token: 7L + 1 GEMMs (4L + 1) with M = B (matrix-vector shaped
            at B = 1), L attention kernels reading the whole cache (static: its full length,
            masked; dynamic: every token so far). Eager: one launch per kernel from the host.
@@ -58,6 +61,8 @@ there (its token and ours within the dtype's tolerance): rounding, not a bug.
         --fuse --attention split --autotune --bench
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
         --fuse --attention split --gemv --bench
+    uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
+        --fuse --attention split --gemv --fused-gate --bench
         (a GPU: tools/dev/generate_gpu.sh runs eager, compile, CUDA graphs, hf and the sweep)
 """
 
@@ -70,6 +75,7 @@ from torch.profiler import profile, record_function, schedule
 
 import decode_attention
 import decode_gemv
+import fused_geglu
 import llama
 import tracereader
 from common import cli, outputs, profiling
@@ -90,6 +96,7 @@ def events_per_step(layers: int) -> int:
 
 OP_SPLIT = "profiling_pytorch::decode_attention"  # --attention split's op, at one query
 OP_GEMV = "profiling_pytorch::decode_gemv"  # --gemv's op, decode's projections at batch 1
+GATE_KERNEL = "gluon-silu"  # --fused-gate's configuration, fused_geglu.CONFIGS
 ANNOTATION = "decode"  # each new token's step; the prompt's is "prefill"
 PHASES = ("prefill", "decode")
 # The first divergence from the reference is rounding when the reference itself scores our
@@ -113,6 +120,7 @@ class Variant:
     attention: str = "sdpa"
     autotune: bool = False
     gemv: bool = False  # decode's projections as decode_gemv.py's GEMVs (batch 1)
+    fused_gate: bool = False  # prefill's gate, up and SiLU in one Gluon kernel (SM90)
 
 
 # --- the key/value caches: what attention writes, then reads ------------------------------
@@ -183,7 +191,7 @@ def prefill(model, cache, state: State) -> None:
     cache.reset()
     p = state.prompt
     logits = model(state.tokens[:, :p], state.prompt_positions, cache, decoding=False)
-    state.tokens[:, p] = logits.argmax(-1)
+    state.tokens[:, p] = llama.greedy(logits)
     state.pos.fill_(p)
 
 
@@ -191,7 +199,7 @@ def decode_step(model, cache, state: State) -> None:
     """One new token for every sequence: read the last one, write the next (greedy)."""
     token = state.tokens.index_select(1, state.pos)  # [B, 1]
     logits = model(token, state.pos, cache, decoding=True)
-    state.tokens.index_copy_(1, state.pos + 1, logits.argmax(-1, keepdim=True))
+    state.tokens.index_copy_(1, state.pos + 1, llama.greedy(logits).unsqueeze(1))
     state.pos += 1
 
 
@@ -330,14 +338,16 @@ def agree(tokens: torch.Tensor, ref_tokens: torch.Tensor, ref_logits, dtype) -> 
 # --- the guess: per phase, and the bytes a token must move --------------------------------
 
 
-def _per_layer(v: Variant) -> int:
-    return 4 if v.fused else 7  # qkv, o, gate_up, down; or q, k, v, o, gate, up, down
+def _per_layer(v: Variant, phase: str) -> int:
+    """qkv, o, gate_up, down; or q, k, v, o, gate, up, down; a prompt's gate_up under
+    --fused-gate is the Gluon kernel's, no GEMM of cuBLAS's."""
+    return 3 if v.fused_gate and phase == "prefill" else 4 if v.fused else 7
 
 
-def _gemms(v: Variant) -> int:
+def _gemms(v: Variant, phase: str) -> int:
     """Per layer and the head's; transformers' rotary embedding adds one, its angles
     computed as a matmul of the frequencies and the positions (seen on an H200)."""
-    return _per_layer(v) * v.cfg.layers + 1 + (v.impl == "hf")
+    return _per_layer(v, phase) * v.cfg.layers + 1 + (v.impl == "hf")
 
 
 def _host_ops(v: Variant, phase: str) -> tuple[str, ...]:
@@ -353,22 +363,27 @@ def _host_ops(v: Variant, phase: str) -> tuple[str, ...]:
     split = OP_SPLIT if phase == "decode" else sdpa
     attend = {"flex": "Torch-Compiled*", "split": split}.get(v.attention, sdpa)
     write = ("aten::index_put_",) if v.cache == "static" else ()  # dynamic: torch.cat
-    gemm = OP_GEMV if v.gemv and phase == "decode" else "aten::mm"
-    return (phase, gemm, attend, *write)
+    gemm = ("aten::mm",) if phase == "prefill" or not v.gemv else ()
+    gemv = (OP_GEMV,) * v.gemv  # decode's projections; prefill's head
+    gated = (fused_geglu.GLUON_OP,) if v.fused_gate and phase == "prefill" else ()
+    return (phase, *gemm, *gemv, attend, *write, *gated)
 
 
-def _gemm_count(v: Variant) -> dict:
+def _gemm_count(v: Variant, phase: str) -> dict:
     """The GEMMs per step; none claimed under --autotune, where Inductor picks per shape among
     cuBLAS, its Triton GEMM templates and (at one row) a GEMV written as its own reduction."""
-    return {} if v.autotune else {"gemm": _gemms(v)}
+    return {} if v.autotune else {"gemm": _gemms(v, phase)}
 
 
 def _prefill(v: Variant) -> Expect:
+    gated = {"triton": v.cfg.layers} if v.fused_gate else {}  # the Gluon kernel, per layer
     return Expect(
-        gpu=_gemm_count(v),
+        gpu=_gemm_count(v, "prefill") | gated,
         cpu_present=_host_ops(v, "prefill"),
-        why=f"{_gemms(v)} GEMMs, M = batch x prompt = {v.batch * v.prompt} rows "
-        f"(the head's M = {v.batch}: the last position only)",
+        why=f"{_gemms(v, 'prefill')} GEMMs, M = batch x prompt = {v.batch * v.prompt} rows "
+        f"(the head's M = {v.batch}: the last position only)"
+        + f"; {v.cfg.layers} gate/up + SiLU kernels"
+        * v.fused_gate,
     )
 
 
@@ -376,10 +391,10 @@ def _decode(v: Variant) -> Expect:
     ops = _host_ops(v, "decode")
     # --attention split: its partial kernel is attention (named *attention*), the combine not
     return Expect(
-        gpu=_gemm_count(v) | ({"attention": v.cfg.layers} if v.impl == "ours" else {}),
+        gpu=_gemm_count(v, "decode") | ({"attention": v.cfg.layers} if v.impl == "ours" else {}),
         cpu_present=ops,
-        why=f"the same kernels every token: {_gemms(v)} GEMMs with M = batch = {v.batch}"
-        + ("; one graph launch, no kernel launched from the host" * v.graphs),
+        why=f"the same kernels every token: {_gemms(v, 'decode')} GEMMs with M = batch = "
+        f"{v.batch}" + ("; one graph launch, no kernel launched from the host" * v.graphs),
     )
 
 
@@ -394,9 +409,10 @@ def look(v: Variant, phase: str, expect: Expect, trace, steps: list) -> bool:
     print(f"{phase}: {tracereader.phase_line(steps)}")
     print(verdict.text)
     lines = []  # (held, what was seen): each line says its own verdict
-    layers = _per_layer(v) * v.cfg.layers
-    rows = Counter({v.batch * v.prompt: layers}) + Counter({v.batch: 1})  # prefill: the head's
-    rows = dict(rows if phase == "prefill" else {v.batch: layers + 1})
+    layers = _per_layer(v, phase) * v.cfg.layers
+    head = not v.gemv  # --gemv: the head is a GEMV in both phases, no aten::mm
+    rows = Counter({v.batch * v.prompt: layers}) + Counter({v.batch: int(head)})
+    rows = dict(rows if phase == "prefill" else {v.batch: layers + head})
     seen = [dict(tracereader.gemm_rows(step)) for step in steps]
     if any(seen) and v.impl == "ours":
         lines.append((all(rows == one for one in seen),
@@ -547,6 +563,10 @@ def parse(argv):
                         help="with --fuse, batch 1: each decode projection one Triton GEMV "
                         "(decode_gemv.py) with its RMSNorm or SiLU gate and residual add "
                         "inside, tiles fixed per shape (a GPU, or TRITON_INTERPRET=1)")  # fmt: skip
+    parser.add_argument("--fused-gate", action="store_true",
+                        help="with --fuse, on an SM90 GPU (H100, H200): a prompt's gate/up GEMM "
+                        "and SiLU gate in one Gluon kernel (gluon_geglu.py), their weight's "
+                        "rows in its blocks of 8 units, which decode reads too")  # fmt: skip
     parser.add_argument("--autotune", action="store_true",
                         help="with --compile: Inductor times its own GEMM kernels against "
                         "cuBLAS for every shape, tunes its kernels' tiles and launches "
@@ -569,15 +589,22 @@ def parse(argv):
         raise cli.UsageError("--compile and --cuda-graphs need --cache static: a growing cache "
                              "changes the step's shapes every token")  # fmt: skip
     if args.impl == "hf" and (args.compile or args.cuda_graphs or args.cache == "dynamic"
-                              or args.fuse or args.attention != "sdpa" or args.gemv):  # fmt: skip
+                              or args.fuse or args.attention != "sdpa" or args.gemv
+                              or args.fused_gate):  # fmt: skip
         raise cli.UsageError("--impl hf runs transformers' generate as it comes (static cache, "
                              "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
-                             "--cache dynamic, --fuse, --attention, --gemv")  # fmt: skip
+                             "--cache dynamic, --fuse, --attention, --gemv, "
+                             "--fused-gate")  # fmt: skip
     if args.gemv and (not args.fuse or args.batch != 1 or args.sweep_batch):
         raise cli.UsageError("--gemv reads the fused projections of one sequence: add --fuse, "
                              "at --batch 1, without --sweep-batch")  # fmt: skip
+    if args.fused_gate and not args.fuse:
+        raise cli.UsageError("--fused-gate runs the fused gate/up projection's kernel: add --fuse")
     if args.autotune and not args.compile:
         raise cli.UsageError("--autotune tunes what torch.compile generates: add --compile")
+    if args.fused_gate:
+        cli.require_gpu(f"{SCRIPT}.py --fused-gate", args, "its kernel is Gluon's, for SM90, "
+                        "which has no CPU backend or interpreter")  # fmt: skip
     if args.cuda_graphs:
         cli.require_gpu(f"{SCRIPT}.py --cuda-graphs", args, "a CUDA graph records GPU work; "
                         "on a CPU, run without it")  # fmt: skip
@@ -606,6 +633,8 @@ def main(argv=None) -> int:
         why = wanted and decode_attention.usable(run.device, args.compile, flag)
         if why:
             raise cli.UsageError(why)
+    if args.fused_gate:
+        fused_geglu.require_gluon(run, "--fused-gate")
     cfg, elt = llama.PRESETS[args.preset], cli.element_size(run)
     sizes = (args.prompt, args.new_tokens, elt)
     need = bytes_needed(cfg, args.batch, *sizes, reference=True, bench=args.bench)
@@ -618,10 +647,11 @@ def main(argv=None) -> int:
     # transformers compiles its generate on a GPU (static cache: into CUDA graphs) by itself
     compiled = args.compile or (args.impl == "hf" and run.on_gpu)
     v = Variant(cfg, args.batch, args.prompt, max_len, args.cache, args.impl, compiled,
-                args.cuda_graphs, args.fuse, args.attention, args.autotune, args.gemv)  # fmt: skip
+                args.cuda_graphs, args.fuse, args.attention, args.autotune, args.gemv,
+                args.fused_gate)  # fmt: skip
     mode = "hf" if v.impl == "hf" else args.cache + ("_graphs" if args.cuda_graphs else "")
     mode += "_fused" * args.fuse + f"_{args.attention}" * (args.attention != "sdpa")
-    mode += "_gemv" * args.gemv + "_autotune" * args.autotune
+    mode += "_gemv" * args.gemv + "_gate" * args.fused_gate + "_autotune" * args.autotune
     tag = outputs.run_tag(f"{args.preset}_b{args.batch}_p{args.prompt}_n{args.new_tokens}",
                           args, run, extra=mode)  # fmt: skip
     out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
@@ -646,10 +676,12 @@ def main(argv=None) -> int:
         model = llama.hf_model(model, v.max_len + 1)
     else:  # the variant's own kernels, on the reference's weights
         model.attend = llama.ATTENTION[v.attention]
-        if v.fused:
+        if v.fused_gate:  # gluon_geglu.py's blocks of 8 units, and its SiLU configuration
+            model.fuse_projections(units=8, gate_kernel=GATE_KERNEL)
+        elif v.fused:
             model.fuse_projections()
         if v.gemv:
-            model.decode = decode_gemv.decode
+            model.decode, model.head = decode_gemv.decode, decode_gemv.head
     generation = Generation(v, model, prompt, args.new_tokens, run)
     tokens = profiling.warm_up(lambda: generation(args.new_tokens), run, compiling=args.compile)
     agree(tokens, ref_tokens, ref_logits, run.dtype)

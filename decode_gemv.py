@@ -46,7 +46,7 @@ TILES = {(6144, 4096): (8, 512, 4), (4096, 4096): (2, 1024, 4), (28672, 4096): (
 def decode_gemv_kernel(
     x_ptr, w_ptr, out_ptr, res_ptr, g_ptr, N, K, EPS,
     PROLOGUE: tl.constexpr, RESIDUAL: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K: tl.constexpr, UNITS: tl.constexpr,
 ):  # fmt: skip
     """out[n] = sum_k x'[k] w[n, k] (+ res[n]) for this program's BLOCK_N rows n of w."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -63,13 +63,21 @@ def decode_gemv_kernel(
     for k0 in range(0, K, BLOCK_K):
         k = k0 + cols
         inside = k < K
-        x = tl.load(x_ptr + k, mask=inside, other=0.0, eviction_policy="evict_last")
-        x = x.to(tl.float32)
+        if PROLOGUE == 2:  # x holds gate and up: SiLU(gate) * up
+            if UNITS > 0:  # in blocks of UNITS gate values, then the same units' up values
+                at = (k // UNITS) * (2 * UNITS) + k % UNITS
+                up_at = at + UNITS
+            else:  # every gate value, then every up value
+                at = k
+                up_at = K + k
+            x = tl.load(x_ptr + at, mask=inside, other=0.0).to(tl.float32)
+            up = tl.load(x_ptr + up_at, mask=inside, other=0.0).to(tl.float32)
+            x = x / (1.0 + tl.exp(-x)) * up
+        else:
+            x = tl.load(x_ptr + k, mask=inside, other=0.0, eviction_policy="evict_last")
+            x = x.to(tl.float32)
         if PROLOGUE == 1:
             x = x * scale * tl.load(g_ptr + k, mask=inside, other=0.0).to(tl.float32)
-        elif PROLOGUE == 2:  # x holds gate then up: SiLU(gate) * up
-            up = tl.load(x_ptr + K + k, mask=inside, other=0.0).to(tl.float32)
-            x = x / (1.0 + tl.exp(-x)) * up
         w = tl.load(w_ptr + rows[:, None] * K + k[None, :], mask=(rows[:, None] < N)
                     & inside[None, :], other=0.0, eviction_policy="evict_first")  # fmt: skip
         acc += w.to(tl.float32) * x[None, :]
@@ -79,8 +87,9 @@ def decode_gemv_kernel(
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
-def launch(x, w, prologue: str, g, eps: float, residual, tile=None, wrap=lambda k: k):
-    """x [..., K] (or [..., 2K] for the gate) holding one row; w [N, K]; returns [..., N]."""
+def launch(x, w, prologue: str, g, eps: float, residual, units=0, tile=None, wrap=lambda k: k):
+    """x [..., K] (or [..., 2K] for the gate: halves, or blocks of `units`) holding one row;
+    w [N, K]; returns [..., N]."""
     n, k = w.shape
     width = 2 * k if prologue == "gate" else k
     if x.numel() != width or not w.is_contiguous():
@@ -92,7 +101,7 @@ def launch(x, w, prologue: str, g, eps: float, residual, tile=None, wrap=lambda 
     wrap(decode_gemv_kernel)[(triton.cdiv(n, block_n),)](
         x, w, out, residual if residual is not None else out, g if g is not None else x, n, k,
         eps, PROLOGUE=PROLOGUES[prologue], RESIDUAL=residual is not None, BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=warps,
+        BLOCK_K=block_k, UNITS=units, num_warps=warps,
     )  # fmt: skip
     return out
 
@@ -100,24 +109,25 @@ def launch(x, w, prologue: str, g, eps: float, residual, tile=None, wrap=lambda 
 @triton_op(OP, mutates_args=())
 def decode_gemv(
     x: torch.Tensor, w: torch.Tensor, prologue: str, g: torch.Tensor | None, eps: float,
-    residual: torch.Tensor | None,
+    residual: torch.Tensor | None, units: int = 0,
 ) -> torch.Tensor:  # fmt: skip
-    return launch(x.contiguous(), w, prologue, g, eps, residual, wrap=traceable)
+    return launch(x.contiguous(), w, prologue, g, eps, residual, units, wrap=traceable)
 
 
 @decode_gemv.register_fake
-def _(x, w, prologue, g, eps, residual):
+def _(x, w, prologue, g, eps, residual, units=0):
     return x.new_empty((*x.shape[:-1], w.shape[0]))
 
 
-def gemv(x, w, norm=None, gate: bool = False, residual=None) -> torch.Tensor:
+def gemv(x, w, norm=None, gate: bool = False, residual=None, units: int = 0) -> torch.Tensor:
     """One projection of one row: norm an nn.RMSNorm applied to x first, or gate: x is gate
-    and up side by side, SiLU(gate) * up; residual added to the result."""
+    and up side by side (units 0), or in blocks of `units` of each (llama.MLP.units), SiLU(gate)
+    * up; residual added to the result."""
     prologue = "norm" if norm is not None else "gate" if gate else "none"
     # nn.RMSNorm's eps=None: torch's rms_norm takes float32's (it computes in float32)
     eps = (norm.eps or torch.finfo(torch.float32).eps) if norm is not None else 0.0
     g = norm.weight if norm is not None else None
-    return torch.ops.profiling_pytorch.decode_gemv(x, w, prologue, g, eps, residual)
+    return torch.ops.profiling_pytorch.decode_gemv(x, w, prologue, g, eps, residual, units)
 
 
 def decode(model, x, positions, cache, mask) -> torch.Tensor:
@@ -131,5 +141,11 @@ def decode(model, x, positions, cache, mask) -> torch.Tensor:
                       model.attend)  # fmt: skip
         x = gemv(heads, a.o_proj.weight, residual=x)
         gate_up = gemv(x, m.gate_up_proj.weight, norm=layer.post_attention_layernorm)
-        x = gemv(gate_up, m.down_proj.weight, gate=True, residual=x)
-    return gemv(x[:, -1], model.lm_head.weight, norm=model.model.norm)
+        x = gemv(gate_up, m.down_proj.weight, gate=True, residual=x, units=m.units)
+    return head(model, x[:, -1])
+
+
+def head(model, x) -> torch.Tensor:
+    """The logits of one position of one sequence (x [1, dim]): RMSNorm and the head in one
+    GEMV (prefill's too, llama.Llama.head: cuBLAS's M = 1 GEMM takes longer on it)."""
+    return gemv(x, model.lm_head.weight, norm=model.model.norm)

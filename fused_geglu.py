@@ -33,6 +33,7 @@ PROTON_MAIN_LOOP = tl.constexpr(gluon_proton.MAIN_LOOP)
 PROTON_EPILOGUE = tl.constexpr(gluon_proton.PLAIN_EPILOGUE)
 
 OP = "profiling_pytorch::fused_gate_up_geglu"
+GLUON_OP = "profiling_pytorch::gluon_gate_up"  # gluon's kernel, opaque to Inductor
 # Triton reads TRITON_INTERPRET=1 when it is imported. Its kernels then run on the CPU in NumPy.
 INTERPRETING = triton.knobs.runtime.interpret
 # The interpreter keeps bf16 as raw 16-bit integers, and its tl.dot multiplies those bits
@@ -357,6 +358,7 @@ class Config:
     epi_split: int = 1  # hopper-epi: stores per tile (2: half the epilogue's shared memory)
     fast_tanh: bool = False  # hopper-epi, gluon: tanh.approx.f32 in the GeGLU (QuACK's tanh)
     consumers: int = 1  # gluon: consumer partitions of `warps` warps (2: they take turns)
+    activation: str = "gelu_tanh"  # gluon: "silu" gates as Llama's MLP does (SwiGLU)
 
     def describe(self) -> str:
         tile = f"{self.block_m}x{self.block_n}x{self.block_k}"
@@ -377,6 +379,7 @@ class Config:
         if self.path == GLUON:
             text += f" {'pingpong' if self.consumers == 2 else 'cooperative'}"
             text += " along-n" * self.along_n + " tanh.approx" * self.fast_tanh
+            text += f" {self.activation}" * (self.activation != "gelu_tanh")
         return text
 
 
@@ -418,6 +421,13 @@ CONFIGS = {
     # list faster than "hopper" at both shapes there (H100 run 2, 2026-11-26): 124.1 against
     # 127.1 us at the post's, 2752.9 against 2777.5 at the Llama shape (docs/measurements.md).
     "gluon-coop": Config(GLUON, 128, 256, 64, stages=4, warps=8, along_n=True),
+    # 08_generate.py --fused-gate: a prompt's gate/up with Llama's SiLU gate (M = 512, K = 4096,
+    # N = 2 x 14336). The fastest of 14 gluon configurations there with the GeGLU (H100,
+    # 2026-11-26, CUDA graphs, L2 flushed): 181.4 us against cuBLAS's GEMM alone 179.3 and
+    # the GEMM + Inductor's gate kernel 194.0; 128 x 256 tiles leave 448 tiles for 132 SMs.
+    "gluon-silu": Config(
+        GLUON, 128, 128, 64, stages=6, warps=4, consumers=2, fast_tanh=True, activation="silu"
+    ),
     # float32: the dot runs in IEEE float32 on the CUDA cores, not as tf32 on the tensor cores.
     # tf32 keeps 10 mantissa bits and lands near 3e-4, over common/check.py's 1e-4 for float32.
     "plain-fp32": Config("plain", 64, 64, 32, stages=3, warps=4),
@@ -514,6 +524,8 @@ def launch(
     if config.path == GLUON:  # launched as it is: wrap_triton knows Triton's kernels, not Gluon's
         refuse_off_sm90(x.device, config.path)
         return gluon().launch(x, gate_up, hidden, config, config.per_sm * sm_count(x.device))
+    if config.activation != "gelu_tanh":
+        raise ValueError(f"the {config.path} path computes the GeGLU only, not {config.activation}")
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
     meta = dict(constexprs(config), num_stages=config.stages, num_warps=config.warps)
     if config.path in HOPPER_PATHS:
@@ -553,6 +565,18 @@ def fused_gate_up_geglu(
 def _(x, gate_up, hidden, config):
     """What the op returns, for tracing without running it (Dynamo, and Triton's interpreter
     cannot run on the fake tensors that tracing uses)."""
+    return x.new_empty((x.shape[0], hidden))
+
+
+# The gluon kernel for torch.compile: an opaque custom op, which Inductor calls as it is (it
+# cannot trace a Gluon kernel, as it does Triton's through triton_op) and a CUDA graph captures.
+@torch.library.custom_op(GLUON_OP, mutates_args=())
+def gluon_gate_up(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: str) -> torch.Tensor:
+    return launch(x.contiguous(), gate_up, hidden, CONFIGS[config])
+
+
+@gluon_gate_up.register_fake
+def _(x, gate_up, hidden, config):
     return x.new_empty((x.shape[0], hidden))
 
 
@@ -656,6 +680,18 @@ def choose_kernel(
         return "plain"
     measured = torch.cuda.get_device_name(run.device) in GLUON_MEASURED_FASTER
     return GLUON if measured and not compiling else "hopper"
+
+
+def require_gluon(run: cli.Run, flag: str) -> None:
+    """One line before any work where `flag`'s gluon kernel cannot run: a GPU other than SM90,
+    float32 (wgmma takes bf16 and fp16 here), or a Triton without Gluon's Hopper API."""
+    name = torch.cuda.get_device_name(run.device) if run.on_gpu else "a CPU"
+    if not run.on_gpu or torch.cuda.get_device_capability(run.device)[0] != 9:
+        raise cli.UsageError(f"{flag} runs Gluon's wgmma kernel on SM90 (H100, H200); this is "
+                             f"{name}")  # fmt: skip
+    if run.dtype == torch.float32:
+        raise cli.UsageError(f"{flag} runs bf16 and fp16 on the tensor cores, not float32")
+    gluon()
 
 
 def config_name(kernel: str, run: cli.Run, auto: bool = False) -> str:

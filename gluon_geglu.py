@@ -19,7 +19,8 @@ The weight is packed in blocks of 8 units (pack): 8 gate rows, then the same uni
 so a wgmma accumulator holds gate and up of the same two adjacent units in one thread, for any
 tile width (fused_geglu.py's packing depends on its block_n), and the GeGLU's product leaves in
 the accumulator layout of a half-wide tile, which stmatrix stores (geglu). The GeGLU is
-fused_geglu.py's: gelu_tanh by exp2 and a fast division, or QuACK's tanh.approx (FAST_TANH).
+fused_geglu.py's: gelu_tanh by exp2 and a fast division, or QuACK's tanh.approx (FAST_TANH);
+Config(activation="silu") swaps its gate for SiLU, Llama's (08_generate.py --fused-gate).
 
 Gluon's shapes, shared-memory buffers and TMA boxes must be powers of two (Triton 3.6 and 3.9
 refuse a [128, 192] accumulator and a [192, 64] buffer or box), so a tile of QuACK's width, 192
@@ -89,7 +90,22 @@ def gelu_tanh_approx(g):
 
 
 @gluon.jit
-def geglu(acc, FAST_TANH: gl.constexpr):
+def silu(g):
+    """g * sigmoid(g) = g / (1 + exp(-g)): one exp2 and one fast division (Llama's gate)."""
+    return gl.fdiv(g, 1.0 + gl.exp2(g * -1.4426950408889634))
+
+
+@gluon.jit
+def silu_tanh_approx(g):
+    """g * sigmoid(g) = 0.5 * (g * tanh(g / 2) + g), tanh by tanh.approx.f32: one op."""
+    tanh = gl.inline_asm_elementwise(
+        "tanh.approx.f32 $0, $1;", "=f,f", [0.5 * g], dtype=gl.float32, is_pure=True, pack=1
+    )
+    return 0.5 * (g * tanh + g)
+
+
+@gluon.jit
+def geglu(acc, FAST_TANH: gl.constexpr, SILU: gl.constexpr):
     """[BLOCK_M, BLOCK_N] accumulator, packed in blocks of UNITS gate and UNITS up columns ->
     [BLOCK_M, BLOCK_N // 2]. wgmma's accumulator gives a thread columns 2t, 2t + 1 (t: its lane
     mod 4) of every 8, so a thread holds gate and up of the same two adjacent units: the
@@ -103,7 +119,12 @@ def geglu(acc, FAST_TANH: gl.constexpr):
     gate, up = gl.split(gl.permute(blocks, (0, 1, 3, 2)))
     gate = gl.reshape(gate, [BLOCK_M, BLOCK_N // 2])
     up = gl.reshape(up, [BLOCK_M, BLOCK_N // 2])
-    if FAST_TANH:
+    if SILU:  # SwiGLU, Llama's MLP: the same kernel, another gate
+        if FAST_TANH:
+            return silu_tanh_approx(gate) * up
+        else:
+            return silu(gate) * up
+    elif FAST_TANH:
         return gelu_tanh_approx(gate) * up
     else:
         return gelu_tanh(gate) * up
@@ -153,7 +174,7 @@ def producer(x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N: gl.co
     x_bufs, w_bufs, w_tail_bufs, _, _ = bufs
     ready, empty, _ = bars
     M, HIDDEN, K = sizes
-    GROUP_M, ALONG_N, _, PROTON = opts  # compile-time, each (folded: MLIR's constants)
+    GROUP_M, ALONG_N, _, _, PROTON = opts  # compile-time, each (folded: MLIR's constants)
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0] + TAIL_N  # packed rows per tile
@@ -200,7 +221,7 @@ def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.c
     x_bufs, w_bufs, w_tail_bufs, out_bufs, out_tail_bufs = bufs
     ready, empty, turns = bars
     M, HIDDEN, K = sizes
-    GROUP_M, ALONG_N, FAST_TANH, PROTON = opts
+    GROUP_M, ALONG_N, FAST_TANH, SILU, PROTON = opts
     BLOCK_M: gl.constexpr = x_bufs.shape[1]
     BLOCK_K: gl.constexpr = x_bufs.shape[2]
     HEAD_N: gl.constexpr = w_bufs.shape[1]  # the first accumulator's packed rows
@@ -260,11 +281,11 @@ def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.c
 
         if PROTON:
             pl.enter_scope("consumer epilogue")
-        m = geglu(acc, FAST_TANH).to(out_desc.dtype)
+        m = geglu(acc, FAST_TANH, SILU).to(out_desc.dtype)
         tma.store_wait(pendings=0)  # the previous tile's store has left out_buf
         out_buf.store(m)
         if TAIL_N > 0:  # the tail's units: the output's columns after the head's
-            out_tail_buf.store(geglu(tail, FAST_TANH).to(out_desc.dtype))
+            out_tail_buf.store(geglu(tail, FAST_TANH, SILU).to(out_desc.dtype))
         fence_async_shared()  # the generic-proxy writes before TMA (async proxy) reads them
         tma_store(out_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2)],
                                         out_buf)  # fmt: skip
@@ -280,15 +301,16 @@ def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.c
 def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, w_tail_desc, out_tail_desc,
                        M, HIDDEN, K,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr, ALONG_N: gl.constexpr,
-                       FAST_TANH: gl.constexpr, CONSUMERS: gl.constexpr, TAIL_N: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                       FAST_TANH: gl.constexpr, SILU: gl.constexpr, CONSUMERS: gl.constexpr,
+                       TAIL_N: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       PRODUCER_REGS: gl.constexpr,
                        PROTON: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T); x_desc [M, K], w_desc [2 * padded
-    HIDDEN, K] in blocks of UNITS (pack), out_desc [M, HIDDEN]. A persistent grid: a program
-    per SM. TAIL_N > 0 (a tile width that is no power of two, which Gluon's shapes must be):
-    each tile is w_desc's box of packed rows then w_tail_desc's TAIL_N more, two accumulators,
-    stored through out_desc's and out_tail_desc's boxes; TAIL_N == 0: both tail descriptors are
-    None and unused."""
+    """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T), or silu(...) (SILU); x_desc [M, K],
+    w_desc [2 * padded HIDDEN, K] in blocks of UNITS (pack), out_desc [M, HIDDEN]. A persistent
+    grid: a program per SM. TAIL_N > 0 (a tile width that is no power of two, which Gluon's
+    shapes must be): each tile is w_desc's box of packed rows then w_tail_desc's TAIL_N more,
+    two accumulators, stored through out_desc's and out_tail_desc's boxes; TAIL_N == 0: both
+    tail descriptors are None and unused."""
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape,
                                        x_desc.layout)  # fmt: skip
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape,
@@ -319,7 +341,7 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, w_tail_desc, out_
     bufs = (x_bufs, w_bufs, w_tail_bufs, out_bufs, out_tail_bufs)
     bars = (ready, empty, turns)
     sizes = (M, HIDDEN, K)
-    opts = (GROUP_M, ALONG_N, FAST_TANH, PROTON)
+    opts = (GROUP_M, ALONG_N, FAST_TANH, SILU, PROTON)
     outs = (out_desc, out_tail_desc)
     # TAIL_N is written into each call's tuple: a tuple assigned to a name turns its
     # constants into tensors (Triton 3.6), and TAIL_N sizes the partitions' buffers.
@@ -397,6 +419,7 @@ def _constexprs(config, proton: bool) -> dict:
         GROUP_M=config.group_m,
         ALONG_N=config.along_n,
         FAST_TANH=config.fast_tanh,
+        SILU=config.activation == "silu",
         CONSUMERS=config.consumers,
         TAIL_N=split_n(config.block_n)[1],
         CONSUMER_REGS=plan(config).consumer_regs,

@@ -113,22 +113,34 @@ def test_fused_projections_and_flex_attention_give_the_tokens_with_fewer_gemms(t
     )
 
 
-def test_fusing_the_projections_keeps_the_models_logits():
+@pytest.mark.parametrize("units", [0, 8])
+def test_fusing_the_projections_keeps_the_models_logits(units):
     """qkv_proj and gate_up_proj hold the same weights: the logits of every position agree
-    with the unfused model's, SDPA's and FlexAttention's alike, and no unfused weight is left."""
+    with the unfused model's, SDPA's and FlexAttention's alike, prompt and decode step, and no
+    unfused weight is left; so with gate and up in --fused-gate's blocks of 8 units."""
     lesson = load_script(SCRIPT)
     torch.manual_seed(0)
     cfg = llama.PRESETS["tiny"]
     model = llama.build(cfg, 64, "cpu", torch.float32)
     tokens, positions = torch.randint(0, cfg.vocab, (2, 40)), torch.arange(40)
-    before = model(tokens, positions, lesson.DynamicCache(cfg.layers), decoding=False)
-    model.fuse_projections()
+
+    def prompt_then_token(decode: bool = True):  # split's decode kernels need Triton's runtime
+        cache = lesson.DynamicCache(cfg.layers)
+        first = model(tokens, positions, cache, decoding=False)
+        if not decode:
+            return first
+        return first, model(first.argmax(-1, keepdim=True), positions[-1:] + 1, cache,
+                            decoding=True)  # fmt: skip
+
+    before = prompt_then_token()
+    model.fuse_projections(units=units)
     linears = {n.split(".")[-2] for n, _ in model.named_parameters() if "layers" in n}
     assert linears == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", *NORMS}
-    for attend in llama.ATTENTION.values():
+    for name, attend in llama.ATTENTION.items():
         model.attend = attend
-        after = model(tokens, positions, lesson.DynamicCache(cfg.layers), decoding=False)
-        torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+        decode = name != "split"
+        after = prompt_then_token(decode)
+        torch.testing.assert_close(after, before if decode else before[0], rtol=1e-4, atol=1e-4)
 
 
 def test_the_prompts_causal_attention_over_its_own_keys_is_the_masked_one_over_the_cache():
@@ -191,7 +203,7 @@ def test_decode_gemvs_give_the_linears_result_and_the_references_tokens(tmp_path
     float32 reference's tokens, its decode steps calling the op and no aten::mm, its prefill
     (a prompt of one token) not: aten::mm there, the GEMMs' rows as the guess said."""
     code = """
-import torch, torch.nn.functional as F, decode_gemv
+import torch, torch.nn.functional as F, decode_gemv, fused_geglu
 torch.manual_seed(0)
 for n, k, dtype in [(37, 100, torch.float32), (8, 512, torch.float32), (130, 1030, torch.bfloat16)]:
     x, w = torch.randn(1, 1, 2 * k, dtype=dtype), torch.randn(n, k, dtype=dtype) / k**0.5
@@ -206,6 +218,10 @@ for n, k, dtype in [(37, 100, torch.float32), (8, 512, torch.float32), (130, 103
               F.linear(norm.float()(f(xk)), f(w)) + f(r)),
              (decode_gemv.gemv(x, w, gate=True, residual=r),
               F.linear(F.silu(gate) * up, f(w)) + f(r))]
+    if k % 8 == 0:  # --fused-gate's order: blocks of 8 gate values, then the same units' up
+        blocks = fused_geglu.pack_gate_up(*x.view(2, k, 1), 8).view(1, 1, 2 * k)
+        cases.append((decode_gemv.gemv(blocks, w, gate=True, residual=r, units=8),
+                      F.linear(F.silu(gate) * up, f(w)) + f(r)))
     for got, want in cases:
         torch.testing.assert_close(got, want.to(dtype), **tol)
 bad = [(torch.randn(2, 1, 64), torch.randn(8, 64)), (torch.randn(1, 1, 64), torch.randn(64, 8).t())]
@@ -476,6 +492,9 @@ def test_the_generation_verdict_and_the_bound_finding_say_one_word(layout, word,
         (["--gemv", "--fuse", "--sweep-batch", "1,2"], "without --sweep-batch"),
         (["--impl", "hf", "--gemv"], "--impl hf runs transformers' generate as it comes"),
         (["--autotune"], "add --compile"),
+        (["--fused-gate"], "--fused-gate runs the fused gate/up projection's kernel: add --fuse"),
+        (["--fused-gate", "--fuse"], "--fused-gate needs a CUDA GPU"),
+        (["--impl", "hf", "--fused-gate"], "--impl hf runs transformers' generate as it comes"),
         (["--attention", "paged"], "invalid choice"),
         (["--sweep-batch", "1,x"], "not a list of positive batches"),
     ],
@@ -494,3 +513,39 @@ def test_the_batch_sweep_draws_tokens_per_second_against_batch(tmp_path, capsys)
     assert "batch    4:" in printed
     (png,) = (tmp_path / SCRIPT).glob("*_sweep.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fused_gate_sends_a_prompt_to_the_gluon_kernel_and_a_token_to_the_gemm():
+    """--fused-gate: a prompt's rows (a whole tile of the kernel's or more) go to the Gluon
+    op, gate/up GEMM and SiLU in one call; a decode token's row to the GEMM and the SiLU gate
+    on its blocks of 8 units. Traced with fake tensors: the kernel itself needs an SM90 GPU."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    torch.manual_seed(0)
+    cfg = llama.PRESETS["tiny"]
+    model = llama.build(cfg, 200, "cpu", torch.bfloat16)
+    model.fuse_projections(units=8, gate_kernel="gluon-silu")
+    mlp = model.model.layers[0].mlp
+    gated = torch.ops.profiling_pytorch.gluon_gate_up.default
+    for rows, kernel in ((1, False), (127, False), (128, True), (512, True)):
+        x = torch.randn(1, rows, cfg.dim, dtype=torch.bfloat16)
+        graph = make_fx(mlp, tracing_mode="fake", _allow_non_fake_inputs=True)(x).graph
+        ops = [n.target for n in graph.nodes if n.op == "call_function"]
+        assert (gated in ops) == kernel, (rows, ops)
+        gemms = sum(op in (torch.ops.aten.mm.default, torch.ops.aten.t.default) for op in ops)
+        assert gemms == (2 if kernel else 4), (rows, ops)  # down's (mm + t); or gate_up's too
+
+
+@pytest.mark.parametrize("vocab", [256, 1000, 128_256])
+def test_greedy_picks_argmaxs_token_ties_included(vocab):
+    """The two-step argmax the lesson's steps take: argmax's token for every row, the first
+    of equal logits included (rows with repeated maxima across and within slices), at a
+    vocabulary that 64 slices do not divide."""
+    torch.manual_seed(0)
+    logits = torch.randn(6, vocab).to(torch.bfloat16)
+    logits[1, [3, vocab - 2]] = 50.0  # a tie across slices: the first wins
+    logits[2, [5, 6]] = 50.0  # within one slice
+    logits[3] = 0.0  # all equal
+    logits[4, vocab - 1] = 60.0  # the last position (in the padded slice)
+    assert torch.equal(llama.greedy(logits), logits.argmax(-1))
+    assert llama.greedy(logits)[3] == 0

@@ -38,7 +38,8 @@ import triton
 configs = {"pingpong": fused_geglu.CONFIGS["gluon"], "cooperative": fused_geglu.Config(
     "gluon", 128, 256, 64, stages=4, warps=8, consumers=1, fast_tanh=True),
     "wide192": fused_geglu.Config(
-    "gluon", 128, 192, 64, stages=4, warps=4, consumers=2, fast_tanh=True)}
+    "gluon", 128, 192, 64, stages=4, warps=4, consumers=2, fast_tanh=True),
+    "silu": fused_geglu.CONFIGS["gluon-silu"]}
 result = {"triton": triton.__version__}
 for name, cfg in configs.items():
     kernel = gluon_geglu.compile_sm90(cfg)
@@ -62,7 +63,7 @@ def compiled(pythonpath: str) -> dict:
 def check_sass(result: dict) -> None:
     """What makes it the kernel the issue asks for: wgmma (HGMMA), TMA loads and stores,
     register reallocation between producer and consumers, and the GeGLU's special functions."""
-    for name in ("pingpong", "cooperative", "wide192"):
+    for name in ("pingpong", "cooperative", "wide192", "silu"):
         shared, regs, counts = result[name]
         assert shared <= SMEM_LIMIT, (name, shared)
         assert counts["HGMMA"] > 0 and counts["UTMALDG"] >= 2 and counts["UTMASTG"] >= 1, name
@@ -72,6 +73,8 @@ def check_sass(result: dict) -> None:
     # exp2 and a fast division (pingpong) against tanh.approx (cooperative: fast_tanh)
     assert result["pingpong"][2]["MUFU.EX2"] > 0 and result["pingpong"][2]["MUFU.TANH"] == 0
     assert result["cooperative"][2]["MUFU.TANH"] > 0 and result["cooperative"][2]["MUFU.EX2"] == 0
+    # 08_generate's SwiGLU: the same pingpong, one tanh.approx per unit (sigmoid by tanh)
+    assert result["silu"][2]["MUFU.TANH"] == result["pingpong"][2]["MUFU.EX2"] > 0
     # two consumer warpgroups each issue their own wgmma: twice the HGMMA of one 128 x 128 tile
     assert result["pingpong"][2]["HGMMA"] == 2 * (128 // 64) * (64 // 16)
     # 128 x 192: per consumer, the head's and the tail's wgmma (two m64 halves, 4 K steps each);

@@ -17,7 +17,7 @@
 # each, their tables and the sweep's PNG).
 #   bash tools/dev/generate_gpu.sh OUT [PART ...]    (PYTHON=python3 on a machine without uv)
 set -u
-out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|dynamic|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|gemv|gemv-autotune|hf|sweep ...]}
+out=${1:?usage: tools/dev/generate_gpu.sh OUT [eager|compile|dynamic|graphs|compile-graphs|fused|flex|split|best|autotune|pdl|gemv|gate|gemv-autotune|hf|sweep ...]}
 shift
 parts=${*:-eager compile graphs compile-graphs fused flex split best hf sweep}
 py=${PYTHON:-uv run python}
@@ -68,6 +68,9 @@ for part in $parts; do
             --fuse --attention split --bench ;;
         # decode's projections as decode_gemv.py's GEMVs, tiles fixed (no tuner's draw)
         gemv) run gemv $shape --compile --cuda-graphs --fuse --attention split --gemv --bench ;;
+        # and a prompt's gate/up + SiLU as one Gluon kernel (SM90)
+        gate) run gate $shape --compile --cuda-graphs --fuse --attention split --gemv \
+            --fused-gate --bench ;;
         gemv-autotune) run gemv-autotune $shape --compile --autotune --cuda-graphs --fuse \
             --attention split --gemv --bench ;;
         hf) run hf $shape --impl hf --bench ;;

@@ -4,13 +4,15 @@ check    every configuration asked for at odd shapes and the shape timed, agains
          float32 reference (relative error under common/check.py's bf16 tolerance); a
          compile error is printed whole, with the configuration that raised it;
 kernels  the gate/up + GeGLU kernels that passed, fused_geglu.py's "hopper" as committed,
-         QuACK's gemm_gated (tuned=True and False, where it imports) and cuBLAS gate+up as
-         one GEMM, timed in round-robin passes (do_bench medians, cold L2: the tuner's
-         timing), so that every kernel is timed in the same power state; with --graphs the
-         same passes again with each call replayed from a CUDA graph, and each call's host
-         dispatch: do_bench's events include any time the GPU waits for the host's launch,
-         and where a launch costs the host more than the GPU's L2 flush before it (gluon's
-         on the H200 of run 1: 274.8 us of host dispatch per forward for 166 us of GPU work),
+         QuACK's gemm_gated (tuned=True and False, where it imports), cuBLAS gate+up as
+         one GEMM and the same GEMM followed by torch.compile's GeGLU kernel (the unfused
+         pair fusion has to beat: at a prompt's M = 512 the question of issue 28's prefill),
+         timed in round-robin passes (do_bench medians, cold L2: the tuner's timing), so that
+         every kernel is timed in the same power state; with --graphs the same passes again with
+         each call replayed from a CUDA graph, and each call's host dispatch: do_bench's events
+         include any time the GPU waits for the host's launch, and where a launch costs the host
+         more than the GPU's L2 flush before it (gluon's on the H200 of run 1: 274.8 us of host
+         dispatch per forward for 166 us of GPU work),
          eager timings read the host, not the kernel;
 forward  the whole MLP: the fastest gluon configuration, "hopper", QuACK + cuBLAS down,
          in passes alike. Ratios against QuACK tuned=True: the issue's targets (<= 1.00).
@@ -37,12 +39,13 @@ from tools import tune_fused_mlp as tuner
 
 ODD_SHAPES = ((1, 64, 40), (37, 264, 200), (1000, 776, 3080), (4099, 512, 1032))  # M, dim, hidden
 ROUNDS = 5
+UNFUSED = "cuBLAS gate+up, then the GeGLU (torch.compile: 2 kernels)"
 
 
-def reference(x, gate, up):
-    return F.gelu(F.linear(x.float(), gate.float()), approximate="tanh") * F.linear(
-        x.float(), up.float()
-    )
+def reference(x, gate, up, activation="gelu_tanh"):
+    g = F.linear(x.float(), gate.float())
+    g = F.silu(g) if activation == "silu" else F.gelu(g, approximate="tanh")
+    return g * F.linear(x.float(), up.float())
 
 
 def try_config(cfg, x, gate, up, hidden) -> tuple[object | None, str]:
@@ -61,7 +64,7 @@ def try_config(cfg, x, gate, up, hidden) -> tuple[object | None, str]:
         if not tuner.cuda_alive():
             raise
         return None, tuner.first_line(err)
-    err = tuner.rel_err(out, reference(x, gate, up))
+    err = tuner.rel_err(out, reference(x, gate, up, cfg.activation))
     if not err <= check.TOLERANCE[x.dtype]:
         print(f"  WRONG  {cfg.describe()}: relative error {err:.2e}")
         return None, f"relative error {err:.2e}"
@@ -145,7 +148,8 @@ def main() -> int:
     torch.set_grad_enabled(False)
     dev, dtype = torch.device("cuda"), torch.bfloat16
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    configs = tuner.gluon_candidates(args.configs == "quick")
+    # and 08_generate's SiLU-gated one: checked, and timed beside the GeGLU's
+    configs = tuner.gluon_candidates(args.configs == "quick") + [fused_geglu.CONFIGS["gluon-silu"]]
     for cfg in configs:
         plan = fused_geglu.gluon().plan(cfg)
         print(f"config: {cfg.describe()}  ({plan})")
@@ -181,6 +185,13 @@ def main() -> int:
             )
     concat = torch.cat([gate, up]).contiguous()
     calls[tuner.ONE] = lambda: F.linear(x, concat)
+
+    @torch.compile(fullgraph=True)
+    def unfused(x):  # what fusing must beat: cuBLAS's GEMM, then Inductor's one GeGLU kernel
+        h = F.linear(x, concat)
+        return F.gelu(h[:, :hidden], approximate="tanh") * h[:, hidden:]
+
+    calls[UNFUSED] = lambda: unfused(x)
     b_quack = quack_gemm.gate_up_weight(gate, up)
     quacks = quack_gemm.variants(9)
     if not quacks:
@@ -208,7 +219,9 @@ def main() -> int:
         print("  host dispatch per eager call (calls issued back to back, no GPU wait)")
         for what, fn in calls.items():
             print(f"  {tuner.host_us(fn):8.1f} us  {what}")
-    gluon_times = {w: us for w, us in median.items() if w.startswith("ours: gluon")}
+    gluon_times = {  # the GeGLU's: the forward below is the GeGLU MLP
+        w: us for w, us in median.items() if w.startswith("ours: gluon") and "silu" not in w
+    }
     if gluon_times:
         fastest = min(gluon_times, key=gluon_times.get)
         best = next(c for c in configs if f"ours: {c.describe()}" == fastest)
