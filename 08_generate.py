@@ -36,8 +36,8 @@ Guess first. Per recorded step, with L layers, batch B and a prompt of P tokens:
   prefill  7L + 1 GEMMs (4L + 1 with --fuse, 3L + 1 and L gated Gluon kernels with
            --fused-gate): the layers' with M = B x P rows, the head's with M = B (only the last
            position's logits are needed); L attention kernels, the prompt attending causally
-           over its own keys. Its floor: its FLOPs at the rate its GEMMs reach (--bench: each
-           shape timed alone, and all of them in sequence as it runs them).
+           over its own keys. Its floor: its FLOPs at the rate its GEMMs reach (--bench: all of
+           them in sequence, as it runs them, on its weights).
   decode   the same kernels every token: 7L + 1 GEMMs (4L + 1) with M = B (matrix-vector shaped
            at B = 1), L attention kernels reading the whole cache (static: its full length,
            masked; dynamic: every token so far). Eager: one launch per kernel from the host.
@@ -762,16 +762,10 @@ def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> No
                                                          gemms=gemms)  # fmt: skip
     print(f"bench (profiler detached): prefill {prefill_t.us()}")
     flops, gemm_flops = prefill_flops(v), plumbing.gemm_flops(prefill_gemms(v))
-    if run.on_gpu:  # its floor, two ways: each GEMM shape timed alone, and all in sequence
-        alone_s = plumbing.time_gemms(prefill_gemms(v), run)
-        ideal = flops / (gemm_flops / alone_s)
-        print(f"  prefill's {flops / 1e12:.3f} TFLOP at the rate its GEMMs reach alone "
-              f"({gemm_flops / alone_s / 1e12:.0f} TFLOP/s, each shape timed by itself) take "
-              f"{ideal * 1e3:.3f} ms: prefill at {prefill_t.median_s / ideal:.2f}x "
-              "that")  # fmt: skip
-    # do_bench flushes L2 before each call, whose dirty lines are written back during the
-    # GEMM: these GEMMs back to back, on the model's weights, as prefill runs them, reach more.
-    # Prefill against them: what its other kernels and the gaps between them cost.
+    # Its floor: its GEMMs back to back, on the model's weights, as prefill runs them (each
+    # shape timed alone by do_bench, after an L2 flush whose dirty lines are written back
+    # during the GEMM, reaches less: prefill with --fused-gate beat that "floor"). Prefill
+    # against them: what its other kernels and the gaps between them cost.
     rate = gemm_flops / gemms_t.median_s  # the same GEMMs (prefill_weights' test)
     print(f"  its {len(weights)} GEMMs in prefill's order on the model's weights"
           f"{', one CUDA graph' * run.on_gpu}, timed beside it: {gemms_t.us()} = "

@@ -70,19 +70,6 @@ def gemm_flops(shapes: dict[tuple[int, int, int], int]) -> int:
     return sum(2 * m * k * n * count for (m, k, n), count in shapes.items())
 
 
-def time_gemms(shapes: dict[tuple[int, int, int], int], run: Run) -> float:
-    """Seconds of these GEMMs {(M, K, N): count}, each shape timed alone in the run's dtype on
-    random data (median, profiler detached, L2 flushed between calls), x its count."""
-    import torch
-
-    seconds = 0.0
-    for (m, k, n), count in shapes.items():
-        a = torch.randn(m, k, device=run.device, dtype=run.dtype)
-        w = torch.randn(n, k, device=run.device, dtype=run.dtype)
-        seconds += count * timing.time_fn(lambda a=a, w=w: a @ w.t(), on_gpu=run.on_gpu).median_s
-    return seconds
-
-
 def batches(text: str) -> list[int]:
     try:
         found = [int(b) for b in text.split(",")]

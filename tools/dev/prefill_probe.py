@@ -1,17 +1,18 @@
 """Where does 08_generate's prefill lose against its GEMMs? (issue 28's probe; one GPU.)
 
-At the 8b preset (batch 1, prompt 512, bf16, fused projections) the lesson's --bench line holds
-prefill to "its FLOPs at the rate its GEMMs reach alone". This measures both sides of that:
+At the 8b preset (batch 1, prompt 512, bf16, fused projections) the lesson's --bench line held
+prefill to "its FLOPs at the rate its GEMMs reach alone" (until --fused-gate beat that rate; it
+now holds prefill to its GEMMs in sequence). This measures both sides of that:
 
     attention  one layer's prompt attention, each way SDPA can be asked for it: the prompt's
                own keys, causal, grouped queries (what llama.py does now), per backend; the
                same with k and v repeated per query head; and the cache's full length behind
                a mask (what it did before). do_bench medians, L2 flushed.
-    ruler      the prefill's GEMMs: each shape alone on random N(0, 1) data as --bench times
-               them (common/generation.time_gemms); the same with weights drawn like the
-               model's (std 0.02); and the model's own GEMMs in the prefill's order as one
-               CUDA graph, replayed after an idle pause (as a generation meets them) and back
-               to back. With the SM clock and the power nvidia-smi reads during each.
+    ruler      the prefill's GEMMs: each shape alone on random N(0, 1) data (the old ruler);
+               the same with weights drawn like the model's (std 0.02); and the model's own
+               GEMMs in the prefill's order as one CUDA graph (--bench's ruler), replayed
+               after an idle pause (as a generation meets them) and back to back. With the SM
+               clock and the power nvidia-smi reads during each.
     kernels    each shape's kernel as cuBLAS picks it alone and inside the graph (names,
                us), from one profiled call of each.
 
@@ -128,7 +129,7 @@ def ruler(model: llama.Llama) -> None:
     shapes, calls = g.prefill_gemms(v), g.prefill_weights(v, model)
     flops = plumbing.gemm_flops(shapes)
     print(f"ruler: the prefill's {len(calls)} GEMMs, {flops / 1e12:.3f} TFLOP")
-    for label, std in (("each shape alone, N(0, 1) data (--bench's ruler)", 1.0),
+    for label, std in (("each shape alone, N(0, 1) data (--bench's old ruler)", 1.0),
                        ("each shape alone, weights std 0.02 as the model's", 0.02)):  # fmt: skip
         with clocks(label):
             total = 0.0
