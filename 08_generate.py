@@ -119,7 +119,7 @@ class Variant:
     fused: bool = False  # q, k, v in one GEMM, gate and up in another
     attention: str = "sdpa"
     autotune: bool = False
-    gemv: bool = False  # decode's projections as decode_gemv.py's GEMVs (batch 1)
+    gemv: bool = False  # decode's projections and prefill's head as decode_gemv's GEMVs
     fused_gate: bool = False  # prefill's gate, up and SiLU in one Gluon kernel (SM90)
 
 
@@ -338,10 +338,17 @@ def agree(tokens: torch.Tensor, ref_tokens: torch.Tensor, ref_logits, dtype) -> 
 # --- the guess: per phase, and the bytes a token must move --------------------------------
 
 
+def _gated(v: Variant, phase: str) -> bool:
+    """--fused-gate's kernel runs the phase's gate/up where its rows fill a tile of it
+    (llama.uses_gate_kernel): B x P rows in prefill, B in decode."""
+    rows = v.batch * v.prompt if phase == "prefill" else v.batch
+    return llama.uses_gate_kernel(GATE_KERNEL if v.fused_gate else None, rows)
+
+
 def _per_layer(v: Variant, phase: str) -> int:
-    """qkv, o, gate_up, down; or q, k, v, o, gate, up, down; a prompt's gate_up under
-    --fused-gate is the Gluon kernel's, no GEMM of cuBLAS's."""
-    return 3 if v.fused_gate and phase == "prefill" else 4 if v.fused else 7
+    """qkv, o, gate_up, down; or q, k, v, o, gate, up, down; gate_up is the Gluon kernel's
+    where --fused-gate runs it, no GEMM of cuBLAS's."""
+    return 3 if _gated(v, phase) else 4 if v.fused else 7
 
 
 def _gemms(v: Variant, phase: str) -> int:
@@ -365,7 +372,7 @@ def _host_ops(v: Variant, phase: str) -> tuple[str, ...]:
     write = ("aten::index_put_",) if v.cache == "static" else ()  # dynamic: torch.cat
     gemm = ("aten::mm",) if phase == "prefill" or not v.gemv else ()
     gemv = (OP_GEMV,) * v.gemv  # decode's projections; prefill's head
-    gated = (fused_geglu.GLUON_OP,) if v.fused_gate and phase == "prefill" else ()
+    gated = (fused_geglu.GLUON_OP,) if _gated(v, phase) else ()
     return (phase, *gemm, *gemv, attend, *write, *gated)
 
 
@@ -375,15 +382,24 @@ def _gemm_count(v: Variant, phase: str) -> dict:
     return {} if v.autotune else {"gemm": _gemms(v, phase)}
 
 
+def _gluon_kernels(v: Variant, phase: str) -> dict:
+    """The gate kernel's launches where it runs, one a layer, read as Triton kernels (in
+    decode beside --attention split's combine kernels, Triton's too)."""
+    if not _gated(v, phase):
+        return {}
+    combine = phase == "decode" and v.attention == "split"
+    return {"triton": v.cfg.layers * (1 + combine)}
+
+
 def _prefill(v: Variant) -> Expect:
-    gated = {"triton": v.cfg.layers} if v.fused_gate else {}  # the Gluon kernel, per layer
+    gated = _gated(v, "prefill")
     return Expect(
-        gpu=_gemm_count(v, "prefill") | gated,
+        gpu=_gemm_count(v, "prefill") | _gluon_kernels(v, "prefill"),
         cpu_present=_host_ops(v, "prefill"),
         why=f"{_gemms(v, 'prefill')} GEMMs, M = batch x prompt = {v.batch * v.prompt} rows "
         f"(the head's M = {v.batch}: the last position only)"
         + f"; {v.cfg.layers} gate/up + SiLU kernels"
-        * v.fused_gate,
+        * gated,
     )
 
 
@@ -391,7 +407,9 @@ def _decode(v: Variant) -> Expect:
     ops = _host_ops(v, "decode")
     # --attention split: its partial kernel is attention (named *attention*), the combine not
     return Expect(
-        gpu=_gemm_count(v, "decode") | ({"attention": v.cfg.layers} if v.impl == "ours" else {}),
+        gpu=_gemm_count(v, "decode")
+        | ({"attention": v.cfg.layers} if v.impl == "ours" else {})
+        | _gluon_kernels(v, "decode"),
         cpu_present=ops,
         why=f"the same kernels every token: {_gemms(v, 'decode')} GEMMs with M = batch = "
         f"{v.batch}" + ("; one graph launch, no kernel launched from the host" * v.graphs),
@@ -560,13 +578,16 @@ def parse(argv):
                         "across the SMs by decode_attention.py's Triton kernels (a GPU, or "
                         "TRITON_INTERPRET=1) (default: sdpa)")  # fmt: skip
     parser.add_argument("--gemv", action="store_true",
-                        help="with --fuse, batch 1: each decode projection one Triton GEMV "
-                        "(decode_gemv.py) with its RMSNorm or SiLU gate and residual add "
-                        "inside, tiles fixed per shape (a GPU, or TRITON_INTERPRET=1)")  # fmt: skip
+                        help="with --fuse, batch 1: each decode projection (and the prompt's "
+                        "head) one Triton GEMV (decode_gemv.py) with its RMSNorm or SiLU gate "
+                        "and residual add inside, tiles fixed per shape (a GPU, or "
+                        "TRITON_INTERPRET=1)")  # fmt: skip
     parser.add_argument("--fused-gate", action="store_true",
-                        help="with --fuse, on an SM90 GPU (H100, H200): a prompt's gate/up GEMM "
-                        "and SiLU gate in one Gluon kernel (gluon_geglu.py), their weight's "
-                        "rows in its blocks of 8 units, which decode reads too")  # fmt: skip
+                        help="with --fuse, on an SM90 GPU (H100, H200): gate/up GEMM and SiLU "
+                        "gate in one Gluon kernel (gluon_geglu.py) where batch x positions fill "
+                        "a 128-row tile of it (a prompt; fewer rows take cuBLAS), their "
+                        "weight's rows in its blocks of 8 units, which decode reads "
+                        "too")  # fmt: skip
     parser.add_argument("--autotune", action="store_true",
                         help="with --compile: Inductor times its own GEMM kernels against "
                         "cuBLAS for every shape, tunes its kernels' tiles and launches "
@@ -676,8 +697,8 @@ def main(argv=None) -> int:
         model = llama.hf_model(model, v.max_len + 1)
     else:  # the variant's own kernels, on the reference's weights
         model.attend = llama.ATTENTION[v.attention]
-        if v.fused_gate:  # gluon_geglu.py's blocks of 8 units, and its SiLU configuration
-            model.fuse_projections(units=8, gate_kernel=GATE_KERNEL)
+        if v.fused_gate:  # gluon_geglu.py's weight layout, and its SiLU configuration
+            model.fuse_projections(gate_kernel=GATE_KERNEL)
         elif v.fused:
             model.fuse_projections()
         if v.gemv:
@@ -764,8 +785,9 @@ def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> No
     flops, gemm_flops = prefill_flops(v), plumbing.gemm_flops(prefill_gemms(v))
     # Its floor: its GEMMs back to back, on the model's weights, as prefill runs them (each
     # shape timed alone by do_bench, after an L2 flush whose dirty lines are written back
-    # during the GEMM, reaches less: prefill with --fused-gate beat that "floor"). Prefill
-    # against them: what its other kernels and the gaps between them cost.
+    # during the GEMM, reaches less: prefill with --fused-gate beat that "floor"; there
+    # cuBLAS's gate/up GEMM stands for the gate kernel, the same FLOPs). Prefill against
+    # them: what its other kernels and the gaps between them cost.
     rate = gemm_flops / gemms_t.median_s  # the same GEMMs (prefill_weights' test)
     print(f"  its {len(weights)} GEMMs in prefill's order on the model's weights"
           f"{', one CUDA graph' * run.on_gpu}, timed beside it: {gemms_t.us()} = "

@@ -1,5 +1,6 @@
 """A decode token's projections at batch 1, each one Triton GEMV with the work around it
-inside: what 08_generate.py's `--gemv` runs. Read it beside that lesson.
+inside: what 08_generate.py's `--gemv` runs (and the prompt's head, one row too). Read it beside
+that lesson.
 
 At one row a projection is a matrix-vector product: every weight read once, two FLOPs each, so
 the whole job is streaming the weight at the memory's speed. Inductor's `--autotune` writes
@@ -32,7 +33,8 @@ from torch.library import triton_op
 from fused_geglu import traceable
 
 OP = "profiling_pytorch::decode_gemv"
-NONE, NORM, GATE = 0, 1, 2  # the prologue: x as it is, RMSNorm(x) * g, SiLU(x[:K]) * x[K:]
+NONE, NORM, GATE = 0, 1, 2  # the prologue: x as it is, RMSNorm(x) * g, SiLU(gate) * up (x
+# holds gate and up: its halves, or blocks of UNITS of each as --fused-gate packs them)
 PROLOGUES = {"none": NONE, "norm": NORM, "gate": GATE}
 # (BLOCK_N, BLOCK_K, num_warps) per (N, K): the fastest of 24 for the 8b preset's shapes on an
 # H200 (tools/dev/gemv_tiles.py, 2026-11-26; docs/observations.md, "Fourth pass"); any other
@@ -92,6 +94,9 @@ def launch(x, w, prologue: str, g, eps: float, residual, units=0, tile=None, wra
     w [N, K]; returns [..., N]."""
     n, k = w.shape
     width = 2 * k if prologue == "gate" else k
+    if units and k % units:
+        raise ValueError(f"decode_gemv: gate and up in blocks of {units} need K = {k} to be a "
+                         "multiple of it")  # fmt: skip
     if x.numel() != width or not w.is_contiguous():
         raise ValueError(f"decode_gemv: one row of {width} values against a contiguous [N, {k}] "
                          f"weight, got x {tuple(x.shape)}, w {tuple(w.shape)} strides "

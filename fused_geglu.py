@@ -454,13 +454,14 @@ GLUON_MEASURED_FASTER: dict[str, str] = {
 
 
 @cache
-def gluon():
+def gluon(flag: str = "--kernel gluon"):
     """gluon_geglu, imported on first use: its import builds Gluon kernels, and a Triton
-    without Gluon's Hopper API says so in one line (cli.UsageError) where gluon is asked for."""
+    without Gluon's Hopper API says so in one line (cli.UsageError, naming the flag that asked
+    for it)."""
     try:
         import gluon_geglu
     except ImportError as err:
-        raise cli.UsageError(f"--kernel gluon: {err}") from None
+        raise cli.UsageError(f"{flag}: {err}") from None
     return gluon_geglu
 
 
@@ -691,7 +692,7 @@ def require_gluon(run: cli.Run, flag: str) -> None:
                              f"{name}")  # fmt: skip
     if run.dtype == torch.float32:
         raise cli.UsageError(f"{flag} runs bf16 and fp16 on the tensor cores, not float32")
-    gluon()
+    gluon(flag)
 
 
 def config_name(kernel: str, run: cli.Run, auto: bool = False) -> str:

@@ -19,7 +19,12 @@ What a decode step's kernels can be, for 08_generate's flags:
   per sequence is what sets their speed (a small GEMV cannot keep the GPU's memory busy);
 - `attention="flex"`: FlexAttention (compiled by Inductor) instead of SDPA;
 - `attention="split"`: at one query per sequence, decode_attention.py's kernels, which split
-  the cache's positions across the SMs (SDPA's give a whole key/value head to one block).
+  the cache's positions across the SMs (SDPA's give a whole key/value head to one block);
+- `decode` and `head` (--gemv): a decode step, and the prompt's last position's logits, as
+  decode_gemv.py's GEMVs.
+And a prompt's: `fuse_projections(gate_kernel=...)` (--fused-gate) computes gate, up and the
+SiLU gate in gluon_geglu.py's kernel where the rows fill its tiles (uses_gate_kernel). `greedy`
+picks the next token from the logits (an argmax in two steps).
 """
 
 from __future__ import annotations
@@ -178,6 +183,12 @@ def gate_and_up(h: torch.Tensor, units: int) -> tuple[torch.Tensor, torch.Tensor
     return gate.flatten(-2), up.flatten(-2)
 
 
+def uses_gate_kernel(gate_kernel: str | None, rows: int) -> bool:
+    """Whether a forward of `rows` rows (batch x positions) runs the gate kernel: where they
+    fill at least one of its tiles (a prompt); fewer (a decode step) take the GEMM."""
+    return bool(gate_kernel) and rows >= fused_geglu.CONFIGS[gate_kernel].block_m
+
+
 class MLP(nn.Module):
     units = 0  # gate_up_proj's row order (fuse_projections): gate_and_up's `units`
     gate_kernel = None  # a fused_geglu.CONFIGS name: a prompt's gate, up and SiLU in one kernel
@@ -190,8 +201,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if self.gate_kernel and rows >= fused_geglu.CONFIGS[self.gate_kernel].block_m:
-            # a prompt's rows fill the kernel's tiles: SiLU(gate) * up leaves it as one tensor
+        if uses_gate_kernel(self.gate_kernel, rows):  # SiLU(gate) * up leaves it as one tensor
             m = torch.ops.profiling_pytorch.gluon_gate_up(
                 x.reshape(rows, -1), self.gate_up_proj.weight, self.down_proj.in_features,
                 self.gate_kernel,
@@ -246,7 +256,8 @@ class Llama(nn.Module):
         the step at the next position); returns the last position's logits [batch, vocab].
         decoding: a decode step, reading the cache (self.decode runs it instead of the layers
         where it is set: 08_generate --gemv, decode_gemv.decode). Else a prompt written from
-        position 0 (prefill), whose attention needs no more than its own keys."""
+        position 0 (prefill), whose attention needs no more than its own keys; its logits by
+        self.head where it is set (decode_gemv.head)."""
         x = self.model.embed_tokens(tokens)
         # [seq, keys]: which cached keys each position sees (FlexAttention computes its own
         # from the positions); None for the prompt, which attends causally over its own keys
@@ -264,9 +275,11 @@ class Llama(nn.Module):
     def fuse_projections(self, units: int = 0, gate_kernel: str | None = None) -> Llama:
         """q, k, v -> qkv_proj and gate, up -> gate_up_proj, in place: the same weights (the
         unfused ones freed as each layer is done, so the model never holds both). units > 0:
-        gate_up_proj's rows in blocks of `units` gate rows, then the same units' up rows, as
-        the gluon kernel reads them (gluon_geglu.pack); gate_kernel: that kernel's
-        configuration, which then runs a prompt's gate, up and SiLU."""
+        gate_up_proj's rows in blocks of `units` gate rows, then the same units' up rows;
+        gate_kernel (a fused_geglu.CONFIGS name, gluon's): that kernel then runs a prompt's
+        gate, up and SiLU, and its blocks (gluon_geglu.UNITS) are the units."""
+        if gate_kernel:
+            units = fused_geglu.gluon().UNITS.value
         if units and self.cfg.hidden % units:
             raise ValueError(f"hidden {self.cfg.hidden} is not a multiple of {units} units")
         for layer in self.model.layers:

@@ -35,8 +35,8 @@ def time_generation(generation, new_tokens: int, run: Run, repeats: int = 5, gem
     token = timing.summarize([(n - one) / (new_tokens - 1) for one, n, *_ in samples], how)
     prefill = timing.summarize([one for one, *_ in samples], how)
     beside = f"{repeats} runs, each timed whole beside a pair of those generations"
-    alone = timing.summarize([s[2] for s in samples], beside) if gemms else None
-    return prefill, token, alone
+    ruler = timing.summarize([s[2] for s in samples], beside) if gemms else None
+    return prefill, token, ruler
 
 
 def gemm_sequence(calls: list[tuple[int, object]], run: Run):

@@ -262,7 +262,7 @@ def test_transformers_generate_is_read_balanced_with_its_syncs_named():
 
 @pytest.mark.parametrize("device, token_us", [("H200", (4_100, 4_400)), ("H100", (5_550, 5_850))])
 def test_gemv_decode_reads_as_gemms_without_the_single_block_kernels(device, token_us):
-    """--gemv (H200 18:45Z, H100 19:09Z, 2026-11-26; combo kernels on): decode_gemv.py's
+    """--gemv (H200 "U" 20:35Z, H100 "V" 20:40Z, 2026-11-26; combo kernels on): decode_gemv.py's
     kernels read as the token's GEMMs, 4 a layer and the head, and the RMSNorms' single-block
     statistics kernels that --autotune's token spends 5% of its GPU time in are gone (each GEMV
     computes its norm): no "one block" finding, where the autotuned trace of the same kind of
@@ -300,3 +300,24 @@ def test_the_fused_gate_takes_a_gemm_and_a_kernel_out_of_each_layers_prefill(dev
     names = [k.name for k in after.gpu]
     assert len(before.gpu) - len(after.gpu) >= LAYERS
     assert not any("silu" in n for n in names) and any("gluon" in n for n in names)
+
+
+@pytest.mark.parametrize("device", ["H200", "H100"])
+@pytest.mark.parametrize("gate", [False, True])
+def test_the_lessons_guess_holds_on_its_gemv_and_fused_gate_traces(device, gate, capsys):
+    """08_generate's own EXPECT and rows check, per phase, on the traces its --gemv and
+    --fused-gate runs wrote (H200 U, H100 V): what --strict held on the GPU holds here."""
+    from tests.helpers import load_script
+
+    lesson = load_script("08_generate")
+    cfg = lesson.llama.PRESETS["8b"]
+    v = lesson.Variant(cfg, 1, 512, 768, "static", "ours", True, True, fused=True,
+                       attention="split", gemv=True, fused_gate=gate)  # fmt: skip
+    tail = "_gate_compile" if gate else "_compile"
+    trace = trace_reader.load(
+        AUTOTUNE[device].with_name(f"{STEM}graphs_fused_split_gemv{tail}.json.gz")
+    )
+    phases = tracereader.generation_steps(trace)
+    for phase in lesson.PHASES:
+        assert lesson.look(v, phase, lesson.EXPECT[phase](v), trace, phases[phase]), phase
+    assert ("32 gate/up + SiLU kernels" in capsys.readouterr().out) == gate
