@@ -246,10 +246,11 @@ def test_tuner_candidates_are_distinct_and_pasteable():
     assert set(quick) <= set(tuner.gluon_candidates(False)) and len(quick) <= 10
 
 
-def test_the_gpu_bench_refuses_a_cpu_in_one_line():
+@pytest.mark.parametrize("tool", ["gluon_bench", "gluon_depth"])
+def test_the_gpu_bench_refuses_a_cpu_in_one_line(tool):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(
-        [sys.executable, "-m", "tools.dev.gluon_bench"],
+        [sys.executable, "-m", f"tools.dev.{tool}"],
         cwd=ROOT,
         env=env,
         capture_output=True,
