@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from functools import cache
 
 import torch
-import torch.nn.functional as F
 import triton
 
 try:  # Gluon's Hopper API as Triton 3.6 to 3.9 spell it; older Triton refuses by name
@@ -56,7 +55,10 @@ except ImportError as err:
         f"the gluon kernel needs Triton's Gluon Hopper API (Triton 3.6 or newer); Triton "
         f"{triton.__version__} lacks it ({err})"
     ) from None
-from fused_geglu import pl  # Proton's in-kernel scopes (03_fused_mlp.py --proton), or None
+from fused_geglu import (
+    pack_gate_up,
+    pl,  # Proton's in-kernel scopes (03_fused_mlp.py --proton), or None
+)
 
 # TMA's copies under their two names: Triton 3.6's, and 3.7's on (3.9 refuses the old ones).
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -469,12 +471,8 @@ def pack(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """[hidden, dim] gate and up -> [2 * padded, dim]: UNITS gate rows, then the same units'
     UNITS up rows, and again (geglu says why 8). Zero rows pad hidden to a multiple of UNITS;
     their columns are past `hidden` and the TMA store clips them; TMA reads past the end as
-    zeros, so any tile width works."""
-    hidden, dim = gate.shape
-    units = UNITS.value
-    rows = (0, 0, 0, triton.cdiv(hidden, units) * units - hidden)
-    blocks = [F.pad(w, rows).view(-1, units, dim) for w in (gate, up)]
-    return torch.stack(blocks, dim=1).reshape(-1, dim).contiguous()
+    zeros, so any tile width works. fused_geglu.pack_gate_up's layout, at UNITS."""
+    return pack_gate_up(gate, up, UNITS.value)
 
 
 def compile_sm90(config, dtype: torch.dtype = torch.bfloat16, proton: bool = False):

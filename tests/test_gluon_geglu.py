@@ -259,6 +259,23 @@ def test_the_gpu_bench_refuses_a_cpu_in_one_line(tool):
     assert done.returncode == 2 and done.stderr == "error: needs an SM90 GPU (H100, H200)\n"
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dim", "100"], "must be multiples of 8"),
+        (["--m", "1048576", "--hidden", "1048576"], "pass 2^31 elements"),
+        (["--m", "99999999999999999999"], "must be at most 1048576"),
+        (["--hidden", "0"], "must be at least 1"),
+    ],
+)
+def test_the_gpu_benches_refuse_a_shape_the_kernels_cannot_take(argv, message):
+    for tool in ("gluon_bench", "gluon_depth"):
+        done = subprocess.run([sys.executable, "-m", f"tools.dev.{tool}", *argv], cwd=ROOT,
+                              capture_output=True, text=True)  # fmt: skip
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+
+
 @pytest.mark.parametrize("name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H100 PCIe"])
 def test_auto_takes_gluon_only_on_gpus_where_it_measured_faster(name, monkeypatch):
     """The rule, not a result: on SM90 in bf16, auto runs gluon's configuration measured on that

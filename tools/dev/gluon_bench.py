@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 import fused_geglu
 import quack_gemm
-from common import check
+from common import check, cli
 from models import GeGLUMLP, geglu_reference
 from tools import tune_fused_mlp as tuner
 
@@ -122,13 +122,46 @@ def report(samples: dict[str, list[float]], against: str | None, flops: float) -
     return median
 
 
+def shape_args(parser: argparse.ArgumentParser) -> None:
+    """--m, --dim, --hidden (the post's shape by default), each a size the kernels can take."""
+    size = cli.int_in(1, 1 << 20, "the kernels index in 32 bits")
+    parser.add_argument("--m", type=size, default=8192, help="rows of x (default: 8192)")
+    parser.add_argument("--dim", type=size, default=768, help="x's columns (default: 768)")
+    parser.add_argument("--hidden", type=size, default=3072, help="gate's rows (default: 3072)")
+
+
+def refusal(args) -> str | None:
+    """Why this shape or machine cannot be timed, or None: rows of 16 bytes (TMA) and fewer than
+    2^31 elements in each tensor; an SM90 GPU."""
+    if args.dim % 8 or args.hidden % 8:
+        return (f"--dim and --hidden must be multiples of 8 (TMA's 16-byte rows); got "
+                f"{args.dim}, {args.hidden}")  # fmt: skip
+    if max(args.m, 2 * args.hidden) * max(args.dim, args.hidden) >= 2**31:
+        return "the tensors of that shape pass 2^31 elements, which the kernels do not index"
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        return "needs an SM90 GPU (H100, H200)"
+    return None
+
+
+def run(main) -> int:
+    """main under run_cli (Ctrl-C, a closed stdout: one line each); a shape that does not fit
+    the GPU's memory also one line, exit 2."""
+    from tracereader.commands.shared import run_cli
+
+    def guarded() -> int:
+        try:
+            return main()
+        except torch.OutOfMemoryError as err:
+            print(f"error: the shape does not fit this GPU's memory ({cli.one_line(err)})",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+
+    return run_cli(guarded)
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--m", type=int, default=8192)
-    parser.add_argument("--dim", type=int, default=768)
-    parser.add_argument("--hidden", type=int, default=3072)
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    shape_args(parser)
     parser.add_argument(
         "--configs", choices=["quick", "all"], default="quick", help="the tuner's gluon list"
     )
@@ -140,8 +173,8 @@ def main() -> int:
         "dispatch",
     )
     args = parser.parse_args()
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        print("error: needs an SM90 GPU (H100, H200)", file=sys.stderr)
+    if why := refusal(args):
+        print(f"error: {why}", file=sys.stderr)
         return 2
     import triton
 
@@ -257,4 +290,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -22,18 +22,16 @@ import torch
 import torch.nn.functional as F
 
 import fused_geglu
+from common import cli
 from tools.dev import gluon_bench
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawTextHelpFormatter)  # fmt: skip
-    parser.add_argument("--m", type=int, default=8192)
-    parser.add_argument("--dim", type=int, default=768)
-    parser.add_argument("--hidden", type=int, default=3072)
+    parser = cli.Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    gluon_bench.shape_args(parser)
     args = parser.parse_args()
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        print("error: needs an SM90 GPU (H100, H200)", file=sys.stderr)
+    if why := gluon_bench.refusal(args):
+        print(f"error: {why}", file=sys.stderr)
         return 2
     torch.set_grad_enabled(False)
     base = replace(fused_geglu.CONFIGS["gluon"], fast_tanh=True)  # the post's fastest
@@ -59,4 +57,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(gluon_bench.run(main))
