@@ -355,7 +355,7 @@ class Config:
     per_sm: int = 1  # hopper, persistent: programs per SM (2: one's epilogue beside the other's
     # main loop, where both fit in shared memory and registers)
     along_n: bool = False  # hopper-epi: groups of group_m column blocks (QuACK's raster)
-    epi_split: int = 1  # hopper-epi: stores per tile (2: half the epilogue's shared memory)
+    epi_split: int = 1  # hopper-epi, gluon: stores per tile (2: half the epilogue's shared memory)
     fast_tanh: bool = False  # hopper-epi, gluon: tanh.approx.f32 in the GeGLU (QuACK's tanh)
     consumers: int = 1  # gluon: consumer partitions of `warps` warps (2: they take turns)
     activation: str = "gelu_tanh"  # gluon: "silu" gates as Llama's MLP does (SwiGLU)
@@ -379,6 +379,7 @@ class Config:
         if self.path == GLUON:
             text += f" {'pingpong' if self.consumers == 2 else 'cooperative'}"
             text += " along-n" * self.along_n + " tanh.approx" * self.fast_tanh
+            text += f" split{self.epi_split}" * (self.epi_split != 1)
             text += f" {self.activation}" * (self.activation != "gelu_tanh")
         return text
 

@@ -27,6 +27,11 @@ refuse a [128, 192] accumulator and a [192, 64] buffer or box), so a tile of QuA
 packed rows (96 gate + 96 up units), is cut in two (split_n): a box and an accumulator of 128
 rows, another of 64 (TAIL_N), each with its GeGLU and its TMA store; block_n 192 in Config.
 
+Config(epi_split=2) stores a tile's output through one box a quarter of the head's width (128 x 32
+for 128- and 192-wide tiles), three or two TMA stores a tile in turn, instead of boxes of the
+whole output: 32 KB of shared memory less for two consumers, room for a fifth stage of 192-wide
+tiles, and 1-3% faster at the post's shape at the same stages (docs/measurements.md).
+
 Gluon has no interpreter: the kernel runs on an SM90 GPU, and compiles for sm_90 on any machine
 (compile_sm90: tests/test_gluon_geglu.py, tools/dev/fused_geglu_sass.py --paths gluon).
 """
@@ -214,11 +219,12 @@ def producer(x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N: gl.co
 
 @gluon.jit
 def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.constexpr,
-             WARPS: gl.constexpr, TAIL_N: gl.constexpr):  # fmt: skip
+             WARPS: gl.constexpr, TAIL_N: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
     """Tiles WHICH, WHICH + CONSUMERS, ... of this program: wgmma from the ring's slots (one K
     step in flight while the next is issued), then the GeGLU, a store to shared memory and a TMA
     store that runs on while the next tile's wgmma do. TAIL_N > 0: a second accumulator over
-    the tile's last TAIL_N packed rows, its GeGLU and store beside the head's."""
+    the tile's last TAIL_N packed rows, its GeGLU and store beside the head's. SPLIT == 2: the
+    tile's output leaves through one smaller box, a quarter of the head's columns at a time."""
     out_desc, out_tail_desc = outs
     x_bufs, w_bufs, w_tail_bufs, out_bufs, out_tail_bufs = bufs
     ready, empty, turns = bars
@@ -233,7 +239,8 @@ def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.c
     out_buf = out_bufs.index(WHICH)
     if TAIL_N > 0:
         tail_layout: gl.constexpr = accumulator_layout(BLOCK_M, TAIL_N, WARPS)
-        out_tail_buf = out_tail_bufs.index(WHICH)
+        if SPLIT == 1:
+            out_tail_buf = out_tail_bufs.index(WHICH)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(HIDDEN, BLOCK_N // 2)
     k_tiles = gl.cdiv(K, BLOCK_K)
@@ -283,17 +290,38 @@ def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.c
 
         if PROTON:
             pl.enter_scope("consumer epilogue")
-        m = geglu(acc, FAST_TANH, SILU).to(out_desc.dtype)
-        tma.store_wait(pendings=0)  # the previous tile's store has left out_buf
-        out_buf.store(m)
-        if TAIL_N > 0:  # the tail's units: the output's columns after the head's
-            out_tail_buf.store(geglu(tail, FAST_TANH, SILU).to(out_desc.dtype))
-        fence_async_shared()  # the generic-proxy writes before TMA (async proxy) reads them
-        tma_store(out_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2)],
-                                        out_buf)  # fmt: skip
-        if TAIL_N > 0:
-            tma_store(out_tail_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2) + HEAD_N // 2],
-                      out_tail_buf)  # fmt: skip
+        if SPLIT == 2:  # the output in boxes of HEAD_N // 4 columns, one box a consumer
+            PIECE: gl.constexpr = HEAD_N // 4
+            row = pid_m * BLOCK_M
+            col = pid_n * (BLOCK_N // 2)
+            m = geglu(acc, FAST_TANH, SILU).to(out_desc.dtype)
+            # the two halves of the head's columns: registers relabelled, as in geglu
+            lo, hi = gl.split(gl.permute(gl.reshape(m, [BLOCK_M, 2, PIECE]), (0, 2, 1)))
+            tma.store_wait(pendings=0)  # the box's previous store has read it
+            out_buf.store(lo)
+            fence_async_shared()
+            tma_store(out_desc, [row, col], out_buf)
+            tma.store_wait(pendings=0)
+            out_buf.store(hi)
+            fence_async_shared()
+            tma_store(out_desc, [row, col + PIECE], out_buf)
+            if TAIL_N > 0:  # TAIL_N // 2 == PIECE (descriptors): the same box
+                t = geglu(tail, FAST_TANH, SILU).to(out_desc.dtype)
+                tma.store_wait(pendings=0)
+                out_buf.store(t)
+                fence_async_shared()
+                tma_store(out_desc, [row, col + 2 * PIECE], out_buf)
+        else:
+            m = geglu(acc, FAST_TANH, SILU).to(out_desc.dtype)
+            tma.store_wait(pendings=0)  # the previous tile's store has left out_buf
+            out_buf.store(m)
+            if TAIL_N > 0:  # the tail's units: the output's columns after the head's
+                out_tail_buf.store(geglu(tail, FAST_TANH, SILU).to(out_desc.dtype))
+            fence_async_shared()  # the generic-proxy writes before TMA (async proxy) reads them
+            tma_store(out_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2)], out_buf)
+            if TAIL_N > 0:
+                tma_store(out_tail_desc, [pid_m * BLOCK_M, pid_n * (BLOCK_N // 2) + HEAD_N // 2],
+                          out_tail_buf)  # fmt: skip
         if PROTON:
             pl.exit_scope("consumer epilogue")
     tma.store_wait(pendings=0)
@@ -304,7 +332,7 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, w_tail_desc, out_
                        M, HIDDEN, K,
                        STAGES: gl.constexpr, GROUP_M: gl.constexpr, ALONG_N: gl.constexpr,
                        FAST_TANH: gl.constexpr, SILU: gl.constexpr, CONSUMERS: gl.constexpr,
-                       TAIL_N: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                       TAIL_N: gl.constexpr, SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                        PRODUCER_REGS: gl.constexpr,
                        PROTON: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """m [M, HIDDEN] = gelu_tanh(x @ gate^T) * (x @ up^T), or silu(...) (SILU); x_desc [M, K],
@@ -323,14 +351,16 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, w_tail_desc, out_
         w_tail_bufs = gl.allocate_shared_memory(w_tail_desc.dtype,
                                                 [STAGES] + w_tail_desc.block_type.shape,
                                                 w_tail_desc.layout)  # fmt: skip
+    if TAIL_N > 0 and SPLIT == 1:
         out_tail_bufs = gl.allocate_shared_memory(out_tail_desc.dtype,
                                                   [CONSUMERS] + out_tail_desc.block_type.shape,
                                                   out_tail_desc.layout)  # fmt: skip
     else:  # never read: the partitions' arguments keep one shape
-        w_tail_bufs = w_bufs
         out_tail_bufs = out_bufs
-        w_tail_desc = w_desc
         out_tail_desc = out_desc
+    if TAIL_N == 0:
+        w_tail_bufs = w_bufs
+        w_tail_desc = w_desc
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -350,8 +380,8 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, w_tail_desc, out_
     if CONSUMERS == 2:
         gl.warp_specialize(
             [
-                (consumer, (outs, bufs, bars, sizes, opts, 0, 2, num_warps, TAIL_N)),
-                (consumer, (outs, bufs, bars, sizes, opts, 1, 2, num_warps, TAIL_N)),
+                (consumer, (outs, bufs, bars, sizes, opts, 0, 2, num_warps, TAIL_N, SPLIT)),
+                (consumer, (outs, bufs, bars, sizes, opts, 1, 2, num_warps, TAIL_N, SPLIT)),
                 (producer, (x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N)),
             ],
             [num_warps, 1],
@@ -360,7 +390,7 @@ def fused_gate_up_geglu_gluon_kernel(x_desc, w_desc, out_desc, w_tail_desc, out_
     else:
         gl.warp_specialize(
             [
-                (consumer, (outs, bufs, bars, sizes, opts, 0, 1, num_warps, TAIL_N)),
+                (consumer, (outs, bufs, bars, sizes, opts, 0, 1, num_warps, TAIL_N, SPLIT)),
                 (producer, (x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N)),
             ],
             [1],
@@ -424,6 +454,7 @@ def _constexprs(config, proton: bool) -> dict:
         SILU=config.activation == "silu",
         CONSUMERS=config.consumers,
         TAIL_N=split_n(config.block_n)[1],
+        SPLIT=config.epi_split,
         CONSUMER_REGS=plan(config).consumer_regs,
         PRODUCER_REGS=PRODUCER_REGS,
     )
@@ -439,10 +470,16 @@ def descriptors(x, packed, out, config):
     """TMA descriptors of x's, the weight's and the output's boxes, then the weight's and the
     output's tail boxes (split_n), None where the tile is a power of two wide."""
     head, tail = split_n(config.block_n)
+    split = config.epi_split
+    if split not in (1, 2) or (split == 2 and tail and tail // 2 != head // 4):
+        raise ValueError(
+            f"gluon: epi_split {split} must be 1, or 2 with a tile a power of two wide or a "
+            f"tail half its head (192 = 128 + 64); block_n {config.block_n} is {head} + {tail}"
+        )
     boxes = [
         (x, (config.block_m, config.block_k)),
         (packed, (head, config.block_k)),
-        (out, (config.block_m, head // 2)),
+        (out, (config.block_m, head // 2 // split)),
     ]
     if tail:
         boxes += [(packed, (tail, config.block_k)), (out, (config.block_m, tail // 2))]

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,8 @@ configs = {"pingpong": fused_geglu.CONFIGS["gluon"], "cooperative": fused_geglu.
     "gluon", 128, 256, 64, stages=4, warps=8, consumers=1, fast_tanh=True),
     "wide192": fused_geglu.Config(
     "gluon", 128, 192, 64, stages=4, warps=4, consumers=2, fast_tanh=True),
-    "silu": fused_geglu.CONFIGS["gluon-silu"]}
+    "silu": fused_geglu.CONFIGS["gluon-silu"], "split": fused_geglu.Config(
+    "gluon", 128, 192, 64, stages=5, warps=4, consumers=2, fast_tanh=True, epi_split=2)}
 result = {"triton": triton.__version__}
 for name, cfg in configs.items():
     kernel = gluon_geglu.compile_sm90(cfg)
@@ -63,7 +65,7 @@ def compiled(pythonpath: str) -> dict:
 def check_sass(result: dict) -> None:
     """What makes it the kernel the issue asks for: wgmma (HGMMA), TMA loads and stores,
     register reallocation between producer and consumers, and the GeGLU's special functions."""
-    for name in ("pingpong", "cooperative", "wide192", "silu"):
+    for name in ("pingpong", "cooperative", "wide192", "silu", "split"):
         shared, regs, counts = result[name]
         assert shared <= SMEM_LIMIT, (name, shared)
         assert counts["HGMMA"] > 0 and counts["UTMALDG"] >= 2 and counts["UTMASTG"] >= 1, name
@@ -82,6 +84,15 @@ def check_sass(result: dict) -> None:
     wide = result["wide192"][2]
     assert wide["HGMMA"] == 2 * 2 * (128 // 64) * (64 // 16) and wide["MUFU.TANH"] > 0
     assert wide["UTMALDG"] >= 3 and wide["UTMASTG"] >= 4
+    # epi_split=2: the same tile's output in boxes of 128 x 32, one box a consumer (room for a
+    # fifth stage): 3 stores a tile each (the head's two halves, the tail), the same stmatrix
+    split = result["split"]
+    stage = 128 * 64 * 2 + 192 * 64 * 2  # x's box and the weight's two
+    boxes, box = 2 * (128 * 64 * 2 + 128 * 32 * 2), 2 * 128 * 32 * 2  # two consumers'
+    expected = result["wide192"][0] + stage - boxes + box
+    assert expected <= split[0] <= expected + 64  # and the stage's two mbarriers, aligned
+    assert split[2]["UTMASTG"] == 2 * 3 and split[2]["STSM"] == wide["STSM"]
+    assert split[2]["HGMMA"] == wide["HGMMA"]
 
 
 def test_compiles_for_sm90_under_the_installed_triton():
@@ -122,7 +133,9 @@ def test_every_candidate_fits_shared_memory():
     tuner = load_script("tools.tune_fused_mlp")
     for cfg in tuner.gluon_candidates(False):
         ring = cfg.stages * (cfg.block_m + cfg.block_n) * cfg.block_k * 2
-        stores = cfg.consumers * cfg.block_m * cfg.block_n // 2 * 2
+        # output boxes: the tile's columns, or (epi_split=2) one box of a quarter of its head
+        cols = cfg.block_n // 2 if cfg.epi_split == 1 else gluon_geglu.split_n(cfg.block_n)[0] // 4
+        stores = cfg.consumers * cfg.block_m * cols * 2
         assert ring + stores + 1024 <= SMEM_LIMIT, cfg.describe()
 
 
@@ -167,6 +180,18 @@ def test_split_n_cuts_a_tile_into_powers_of_two_of_whole_unit_blocks():
             gluon_geglu.split_n(block_n)
     assert gluon_geglu.constexprs(WIDE192)["TAIL_N"] == 64
     assert gluon_geglu.constexprs(PINGPONG)["TAIL_N"] == 0
+
+
+def test_a_split_epilogue_needs_a_tail_of_one_piece():
+    """epi_split=2 stores a tile's output in boxes of a quarter of its head; a 192-wide tile's
+    tail is one such box, a 160-wide one's (128 + 32: a tail of 16 units) is not."""
+    meta = torch.empty(16, 16, dtype=torch.bfloat16, device="meta")
+    ok = replace(WIDE192, epi_split=2, stages=5)
+    descs = gluon_geglu.descriptors(meta, meta, meta, ok)
+    assert [d.block_shape for d in descs[:3]] == [[128, 64], [128, 64], [128, 32]]
+    for bad in (replace(WIDE192, block_n=160, epi_split=2), replace(WIDE192, epi_split=3)):
+        with pytest.raises(ValueError, match="epi_split"):
+            gluon_geglu.descriptors(meta, meta, meta, bad)
 
 
 @pytest.mark.parametrize("block_n", [96, 192])

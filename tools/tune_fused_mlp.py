@@ -130,14 +130,14 @@ def gluon_candidates(quick: bool) -> list[Config]:
         return [
             base,
             replace(base, fast_tanh=True),
-            wide,
+            replace(base, fast_tanh=True, epi_split=2),  # the output in 2 boxes of 128 x 32
             replace(wide, fast_tanh=True),
             coop,
             replace(coop, fast_tanh=True),  # its epilogue is not overlapped: make it cheaper
             replace(coop, along_n=True),  # QuACK's raster: the Llama shape's DRAM traffic
             replace(coop, along_n=True, fast_tanh=True),  # Llama shape: 2-3% ahead (H100 AB, AD)
             replace(wide192, fast_tanh=True),  # QuACK's tile: 53 B a clock per SM, not 64
-            replace(coop192, fast_tanh=True),
+            replace(wide192, fast_tanh=True, epi_split=2),  # and its tail: 3 boxes of 128 x 32
         ]
     return [
         base,
@@ -154,6 +154,9 @@ def gluon_candidates(quick: bool) -> list[Config]:
         replace(wide, fast_tanh=True),
         wide192,
         replace(wide192, fast_tanh=True),
+        replace(wide192, fast_tanh=True, epi_split=2),
+        replace(wide192, fast_tanh=True, epi_split=2, stages=5),  # room for a 5th stage
+        replace(base, fast_tanh=True, epi_split=2),
         replace(coop192, fast_tanh=True),
     ]
 
