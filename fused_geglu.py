@@ -451,7 +451,8 @@ GLUON_MEASURED_FASTER: dict[str, str] = {
     # the Llama shape, with the 128 x 128 pingpong 181.8 against 187.8 at the post's. Not the
     # H200: its one run had the kernel before stmatrix, slower than "hopper" at the post's shape.
     # H100 "AD" (22:20Z) put it 3% behind "hopper" at the Llama shape (2853.1 against 2764.9 us),
-    # where every kernel's rounds spread 4-16% under the power cap; 1.3% ahead at the post's.
+    # where every kernel's rounds spread 4-32% under the power cap; 1.2-1.4% ahead at the post's.
+    # H100 "AH" (22:37Z): 1.7% ahead of "hopper" at the Llama shape, 1.3% at the post's.
     "NVIDIA H100 80GB HBM3": "gluon-coop",
 }
 

@@ -29,9 +29,9 @@ rows, another of 64 (TAIL_N), each with its GeGLU and its TMA store; block_n 192
 
 Config(epi_split=2) stores a tile's output through one box a quarter of the head's width (128 x 32
 for 128- and 192-wide tiles), three or two TMA stores a tile in turn, instead of boxes of the
-whole output: 32 KB of shared memory less for two consumers, room for a fifth stage of 192-wide
-tiles; at the same stages 0.4-2.6% faster at the post's shape on two H100s, level within the
-passes' spread on an H200 (docs/measurements.md).
+whole output: 8 KB of shared memory less a consumer for 128-wide tiles, 16 KB for 192-wide ones
+(room for their fifth stage); at the same stages 0.4-2.6% faster at the post's shape on two
+H100s, level within the passes' spread on an H200 (docs/measurements.md).
 
 Gluon has no interpreter: the kernel runs on an SM90 GPU, and compiles for sm_90 on any machine
 (compile_sm90: tests/test_gluon_geglu.py, tools/dev/fused_geglu_sass.py --paths gluon).

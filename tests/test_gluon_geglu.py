@@ -41,7 +41,9 @@ configs = {"pingpong": fused_geglu.CONFIGS["gluon"], "cooperative": fused_geglu.
     "wide192": fused_geglu.Config(
     "gluon", 128, 192, 64, stages=4, warps=4, consumers=2, fast_tanh=True),
     "silu": fused_geglu.CONFIGS["gluon-silu"], "split": fused_geglu.Config(
-    "gluon", 128, 192, 64, stages=5, warps=4, consumers=2, fast_tanh=True, epi_split=2)}
+    "gluon", 128, 192, 64, stages=5, warps=4, consumers=2, fast_tanh=True, epi_split=2),
+    "split128": fused_geglu.Config(
+    "gluon", 128, 128, 64, stages=6, warps=4, consumers=2, epi_split=2)}
 result = {"triton": triton.__version__}
 for name, cfg in configs.items():
     kernel = gluon_geglu.compile_sm90(cfg)
@@ -65,7 +67,7 @@ def compiled(pythonpath: str) -> dict:
 def check_sass(result: dict) -> None:
     """What makes it the kernel the issue asks for: wgmma (HGMMA), TMA loads and stores,
     register reallocation between producer and consumers, and the GeGLU's special functions."""
-    for name in ("pingpong", "cooperative", "wide192", "silu", "split"):
+    for name in ("pingpong", "cooperative", "wide192", "silu", "split", "split128"):
         shared, regs, counts = result[name]
         assert shared <= SMEM_LIMIT, (name, shared)
         assert counts["HGMMA"] > 0 and counts["UTMALDG"] >= 2 and counts["UTMASTG"] >= 1, name
@@ -93,6 +95,12 @@ def check_sass(result: dict) -> None:
     assert expected <= split[0] <= expected + 64  # and the stage's two mbarriers, aligned
     assert split[2]["UTMASTG"] == 2 * 3 and split[2]["STSM"] == wide["STSM"]
     assert split[2]["HGMMA"] == wide["HGMMA"]
+    # a power-of-two tile: the head's two halves through the box, the same ring and stmatrix
+    split128, ping = result["split128"], result["pingpong"]
+    assert split128[0] == ping[0] - 2 * (128 * 64 * 2 - 128 * 32 * 2)
+    assert (
+        split128[2]["UTMASTG"] == 2 * ping[2]["UTMASTG"] and split128[2]["STSM"] == ping[2]["STSM"]
+    )
 
 
 def test_compiles_for_sm90_under_the_installed_triton():
