@@ -53,9 +53,14 @@ def test_one_step_matches_the_reference_and_each_phase_its_guess(
     assert not any(n.startswith("Optimizer.") for n in names["forward"] | names["backward"])
     kernel = {"forloop": "aten::lerp_", "foreach": "aten::_foreach_lerp_"}
     assert kernel.get(optimizer, "aten::_fused_adamw_") in names["optimizer"]
-    # and the reader, given the trace alone, finds the same three phases
-    read = phases_of(trace_of(tmp_path).steps[0])
-    assert [p["phase"] for p in read] == ["forward", "backward", "optimizer"]
+    # and the reader, given the trace alone, finds the same three phases, in order; time the
+    # step spent outside them after the backward (the loop's own code: on a loaded CPU it
+    # can pass the reader's threshold) is "other", and comes last
+    read = [p["phase"] for p in phases_of(trace_of(tmp_path).steps[0])]
+    assert read in (
+        ["forward", "backward", "optimizer"],
+        ["forward", "backward", "optimizer", "other"],
+    )
 
 
 @pytest.mark.slow
