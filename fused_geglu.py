@@ -422,6 +422,13 @@ CONFIGS = {
     # list faster than "hopper" at both shapes there (H100 run 2, 2026-11-26): 124.1 against
     # 127.1 us at the post's, 2752.9 against 2777.5 at the Llama shape (docs/measurements.md).
     "gluon-coop": Config(GLUON, 128, 256, 64, stages=4, warps=8, along_n=True),
+    # Named for the tools (tools/dev/ncu_fused_mlp --configs gluon-fast); nothing chooses it:
+    # the fastest gluon kernel at the post's shape on two H100s (AG 112.7 us, AH 111.1 eager
+    # and 113.8 graphs, against QuACK's 107.5 and 108.0 on AH; 2026-11-26): the 128 x 128
+    # pingpong with tanh.approx, its output stored a 128 x 32 box at a time.
+    "gluon-fast": Config(
+        GLUON, 128, 128, 64, stages=6, warps=4, consumers=2, fast_tanh=True, epi_split=2
+    ),
     # 08_generate.py --fused-gate: a prompt's gate/up with Llama's SiLU gate (M = 512, K = 4096,
     # N = 2 x 14336). The fastest of 14 gluon configurations there with the GeGLU (H100,
     # 2026-11-26, CUDA graphs, L2 flushed): 181.4 us against cuBLAS's GEMM alone 179.3 and
