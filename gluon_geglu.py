@@ -219,6 +219,16 @@ def producer(x_desc, w_desc, w_tail_desc, bufs, bars, sizes, opts, TAIL_N: gl.co
 
 
 @gluon.jit
+def store_through(box, value, desc, row, col):
+    """value to global memory at (row, col) through the shared-memory box, once the box's
+    previous TMA store has read it (epi_split=2: the box is reused within a tile)."""
+    tma.store_wait(pendings=0)
+    box.store(value)
+    fence_async_shared()  # the generic-proxy writes before TMA (async proxy) reads them
+    tma_store(desc, [row, col], box)
+
+
+@gluon.jit
 def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.constexpr,
              WARPS: gl.constexpr, TAIL_N: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip
     """Tiles WHICH, WHICH + CONSUMERS, ... of this program: wgmma from the ring's slots (one K
@@ -298,20 +308,11 @@ def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.c
             m = geglu(acc, FAST_TANH, SILU).to(out_desc.dtype)
             # the two halves of the head's columns: registers relabelled, as in geglu
             lo, hi = gl.split(gl.permute(gl.reshape(m, [BLOCK_M, 2, PIECE]), (0, 2, 1)))
-            tma.store_wait(pendings=0)  # the box's previous store has read it
-            out_buf.store(lo)
-            fence_async_shared()
-            tma_store(out_desc, [row, col], out_buf)
-            tma.store_wait(pendings=0)
-            out_buf.store(hi)
-            fence_async_shared()
-            tma_store(out_desc, [row, col + PIECE], out_buf)
+            store_through(out_buf, lo, out_desc, row, col)
+            store_through(out_buf, hi, out_desc, row, col + PIECE)
             if TAIL_N > 0:  # TAIL_N // 2 == PIECE (descriptors): the same box
                 t = geglu(tail, FAST_TANH, SILU).to(out_desc.dtype)
-                tma.store_wait(pendings=0)
-                out_buf.store(t)
-                fence_async_shared()
-                tma_store(out_desc, [row, col + 2 * PIECE], out_buf)
+                store_through(out_buf, t, out_desc, row, col + 2 * PIECE)
         else:
             m = geglu(acc, FAST_TANH, SILU).to(out_desc.dtype)
             tma.store_wait(pendings=0)  # the previous tile's store has left out_buf
