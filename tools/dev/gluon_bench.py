@@ -14,8 +14,9 @@ kernels  the gate/up + GeGLU kernels that passed, fused_geglu.py's "hopper" as c
          more than the GPU's L2 flush before it (gluon's on the H200 of run 1: 274.8 us of host
          dispatch per forward for 166 us of GPU work),
          eager timings read the host, not the kernel;
-forward  the whole MLP: the fastest gluon configuration, "hopper", QuACK + cuBLAS down,
-         in passes alike. Ratios against QuACK tuned=True: the issue's targets (<= 1.00).
+forward  the whole MLP: the fastest gluon configuration, each named by --forwards (auto's
+         candidate, gluon-coop, by default), "hopper", QuACK + cuBLAS down, in passes alike.
+         Ratios against QuACK tuned=True: the issue's targets (<= 1.00).
 
   python -m tools.dev.gluon_bench --m 8192 --dim 768 --hidden 3072 --graphs
   python -m tools.dev.gluon_bench --m 8192 --dim 4096 --hidden 14336 --configs quick
@@ -172,7 +173,19 @@ def main() -> int:
         help="also time every call replayed from a CUDA graph (GPU time alone) and its host "
         "dispatch",
     )
+    parser.add_argument(
+        "--forwards",
+        default="gluon-coop",
+        help="also time the whole forward with these fused_geglu.CONFIGS names, comma-separated "
+        "('' for none; default: gluon-coop, the configuration auto may take)",
+    )
     args = parser.parse_args()
+    named = [n.strip() for n in args.forwards.split(",") if n.strip()]
+    if unknown := [n for n in named if n not in fused_geglu.CONFIGS]:
+        print(f"error: --forwards takes names of fused_geglu.CONFIGS "
+              f"({', '.join(fused_geglu.CONFIGS)}); got {', '.join(unknown)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if why := refusal(args):
         print(f"error: {why}", file=sys.stderr)
         return 2
@@ -267,6 +280,9 @@ def main() -> int:
     if best:
         fused_geglu.CONFIGS["gluon-best"] = best
         forwards["fused MLP, gluon (fastest above)"] = fused_geglu.FusedGeGLUMLP(mlp, "gluon-best")
+    for name in named:
+        what = f"fused MLP, {name}: {fused_geglu.CONFIGS[name].describe()}"
+        forwards[what] = fused_geglu.FusedGeGLUMLP(mlp, name)
     forwards["fused MLP, hopper"] = fused_geglu.FusedGeGLUMLP(mlp, "hopper")
     for what, tuned in quacks.items():
         forwards[f"QuACK MLP: {what} + cuBLAS down"] = quack_gemm.QuackGeGLUMLP(mlp, tuned=tuned)

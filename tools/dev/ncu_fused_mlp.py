@@ -1,14 +1,16 @@
 """Launch each gate/up + GeGLU kernel a few times at one shape, for Nsight Compute to read.
 
 Our fused kernel under each named configuration of fused_geglu.CONFIGS and, with --quack,
-QuACK's gemm_gated (tuned=False: autotuning would launch dozens of other kernels). Each is
-checked against a float32 reference first (one line each), then launched --calls times; the
-timing is ncu's. Kernel names: fused_gate_up_geglu_tma_kernel (hopper),
-fused_gate_up_geglu_tma_epi_kernel (hopper-epi), fused_gate_up_geglu_gluon_kernel (gluon),
-QuACK's kernel_cutlass_kernel_quack...
+QuACK's gemm_gated (tuned=False, then tuned=True). Every kernel is checked against a float32
+reference first (one line each; the first call compiles, and QuACK's tuned=True autotunes,
+launching dozens of other kernels); only then does the profiled range open
+(cudaProfilerStart), in which each kernel is launched --calls times, in the order listed. Run
+ncu with --profile-from-start off so that it reads that range alone; the timing is ncu's.
+Kernel names: fused_gate_up_geglu_tma_kernel (hopper), fused_gate_up_geglu_tma_epi_kernel
+(hopper-epi), fused_gate_up_geglu_gluon_kernel (gluon), QuACK's kernel_cutlass_kernel_quack...
 
-    ncu --clock-control none --set full -k regex:'fused_gate_up|quack' -o OUT/post \\
-        python3 -m tools.dev.ncu_fused_mlp --configs hopper,hopper-epi --quack      (GPU only)
+    ncu --profile-from-start off --clock-control none --set full -o OUT/post \\
+        python3 -m tools.dev.ncu_fused_mlp --configs gluon-fast --quack         (GPU only)
     ncu --import OUT/post.ncu-rep --print-summary per-kernel
 """
 
@@ -75,25 +77,29 @@ def main() -> int:
         )
     if args.quack and not no_quack:
         b = quack_gemm.gate_up_weight(gate, up)
-        calls["QuACK gemm_gated, tuned=False"] = lambda: quack_gemm.gated(x, b, tuned=False)
+        for what, tuned in quack_gemm.TUNED.items():
+            calls[what] = lambda tuned=tuned: quack_gemm.gated(x, b, tuned=tuned)
 
     print(f"{torch.cuda.get_device_name()}: x [{args.m}, {args.dim}], hidden {args.hidden}")
-    failed = 0
+    checked = []
     for what, call in calls.items():
         try:
-            err = check.relative_error(call(), ref)  # the first call compiles
+            err = check.relative_error(call(), ref)  # the first call compiles (or autotunes)
         except Exception as error:  # one kernel failing must not hide the others
-            failed += 1
             print(f"FAILED {what}: {cli.one_line(error, 200)}")
             continue
         ok = err <= check.TOLERANCE[dtype]
-        failed += not ok
         print(f"{'ok' if ok else 'WRONG':<6} {what}: relative error {err:.1e}")
         if ok:
-            for _ in range(args.calls):
-                call()
+            checked.append(call)
     torch.cuda.synchronize()
-    return 1 if failed else 0
+    torch.cuda.profiler.start()  # what ncu --profile-from-start off reads: these launches only
+    for call in checked:
+        for _ in range(args.calls):
+            call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    return 0 if len(checked) == len(calls) else 1
 
 
 if __name__ == "__main__":
