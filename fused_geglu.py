@@ -417,15 +417,16 @@ CONFIGS = {
     # a producer warp through 6 stages of 32 KB. H100 run 2: 124.1 us at the post's shape
     # ("hopper" 127.1), 3614.7 at the Llama shape (2777.5): the L2 bytes of 128-wide tiles.
     GLUON: Config(GLUON, 128, 128, 64, stages=6, warps=4, consumers=2),
-    # The gluon configuration "auto" runs on an H100 (GLUON_MEASURED_FASTER): one consumer of 8
-    # warps on 128 x 256 tiles, 4 stages, QuACK's along-N raster. The only one of the quick
-    # list faster than "hopper" at both shapes there (H100 run 2, 2026-11-26): 124.1 against
-    # 127.1 us at the post's, 2752.9 against 2777.5 at the Llama shape (docs/measurements.md).
-    "gluon-coop": Config(GLUON, 128, 256, 64, stages=4, warps=8, along_n=True),
+    # The gluon configuration "auto" runs on an H100 and an H200 (GLUON_MEASURED_FASTER): one
+    # consumer of 8 warps on 128 x 256 tiles, 4 stages, QuACK's tanh.approx. Faster than
+    # "hopper" at both shapes on both GPUs, kernel and forward (2026-11-27, CUDA graphs; H100
+    # "AP": 115.9 against 126.3 us at the post's shape, 2676.4 against 2795.1 at the Llama one;
+    # H200 "AQ": 118.9 against 131.2, 2849.9 against 2868.8; docs/measurements.md).
+    "gluon-coop": Config(GLUON, 128, 256, 64, stages=4, warps=8, fast_tanh=True),
     # Named for the tools (tools/dev/ncu_fused_mlp --configs gluon-fast); nothing chooses it:
-    # the fastest gluon kernel at the post's shape on two H100s (AG 112.7 us, AH 111.1 eager
-    # and 113.8 graphs, against QuACK's 107.5 and 108.0 on AH; 2026-11-26): the 128 x 128
-    # pingpong with tanh.approx, its output stored a 128 x 32 box at a time.
+    # the 128 x 128 pingpong with tanh.approx, its output stored a 128 x 32 box at a time, among
+    # the fastest at the post's shape (H100 "AN": 110.6 us eager, 113.0 from CUDA graphs,
+    # against QuACK's 110.4 and 110.6; 2026-11-27) and 5% behind QuACK at the Llama one.
     "gluon-fast": Config(
         GLUON, 128, 128, 64, stages=6, warps=4, consumers=2, fast_tanh=True, epi_split=2
     ),
@@ -454,13 +455,14 @@ def sm_count(device: torch.device) -> int:
 # "hopper", kernel and forward, at the post's and the Llama shape (tools/dev/gluon_gpu.sh), and
 # that configuration (a key of CONFIGS): "auto" takes it there, nowhere else.
 GLUON_MEASURED_FASTER: dict[str, str] = {
-    # H100 run 2 (2026-11-26): gate/up above; the forward with it 4186.6 against 4267.4 us at
-    # the Llama shape, with the 128 x 128 pingpong 181.8 against 187.8 at the post's. Not the
-    # H200: its one run had the kernel before stmatrix, slower than "hopper" at the post's shape.
-    # H100 "AD" (22:20Z) put it 3% behind "hopper" at the Llama shape (2853.1 against 2764.9 us),
-    # where every kernel's rounds spread 4-32% under the power cap; 1.2-1.4% ahead at the post's.
-    # H100 "AH" (22:37Z): 1.7% ahead of "hopper" at the Llama shape, 1.3% at the post's.
+    # 2026-11-27, the kernel whose tiles no longer zero their accumulators (docs/measurements.md,
+    # "Issue 29, 2026-11-27"): gluon-coop against "hopper", forwards (gate/up + GeGLU, cuBLAS's
+    # down) from CUDA graphs at the post's shape and eager at the Llama shape. H100 "AP":
+    # 176.6 against 189.1 us, 4112.0 against 4157.6 ("AN", the same H100 earlier: 4126.0
+    # against 4175.0). H200 "AQ": 181.3 against 190.1, 4234.9 against 4279.8. (Eager forwards
+    # at the post's shape read the host there: 69-170 us of dispatch per gluon launch.)
     "NVIDIA H100 80GB HBM3": "gluon-coop",
+    "NVIDIA H200": "gluon-coop",
 }
 
 
@@ -529,13 +531,13 @@ def launch(
     """m [M, hidden] = gelu_tanh(x @ gate^T) * (x @ up^T), from x [M, dim] and the packed weight.
     `wrap` is applied to the kernel before its launch (the custom op passes `traceable`);
     `proton`: the hopper kernel with its Proton scopes (03_fused_mlp.py --proton)."""
+    if config.path == GLUON:  # launched as it is: wrap_triton knows Triton's kernels, not Gluon's
+        refuse_off_sm90(x.device, config.path)  # (gluon's launch allocates the output)
+        return gluon().launch(x, gate_up, hidden, config, config.per_sm * sm_count(x.device))
     M, K = x.shape
     out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
     if M == 0:
         return out
-    if config.path == GLUON:  # launched as it is: wrap_triton knows Triton's kernels, not Gluon's
-        refuse_off_sm90(x.device, config.path)
-        return gluon().launch(x, gate_up, hidden, config, config.per_sm * sm_count(x.device))
     if config.activation != "gelu_tanh":
         raise ValueError(f"the {config.path} path computes the GeGLU only, not {config.activation}")
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
