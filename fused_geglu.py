@@ -419,9 +419,9 @@ CONFIGS = {
     GLUON: Config(GLUON, 128, 128, 64, stages=6, warps=4, consumers=2),
     # The gluon configuration "auto" runs on an H100 and an H200 (GLUON_MEASURED_FASTER): one
     # consumer of 8 warps on 128 x 256 tiles, 4 stages, QuACK's tanh.approx. Faster than
-    # "hopper" at both shapes on both GPUs, kernel and forward (2026-11-27, CUDA graphs; H100
-    # "AP": 115.9 against 126.3 us at the post's shape, 2676.4 against 2795.1 at the Llama one;
-    # H200 "AQ": 118.9 against 131.2, 2849.9 against 2868.8; docs/measurements.md).
+    # "hopper" at both shapes on both GPUs, kernel and forward (2026-11-27; the post's shape
+    # from CUDA graphs, the Llama one eager. H100 "AP": 115.9 against 126.3 us, 2676.4 against
+    # 2795.1; H200 "AQ": 118.9 against 131.2, 2849.9 against 2868.8; docs/measurements.md).
     "gluon-coop": Config(GLUON, 128, 256, 64, stages=4, warps=8, fast_tanh=True),
     # Named for the tools (tools/dev/ncu_fused_mlp --configs gluon-fast); nothing chooses it:
     # the 128 x 128 pingpong with tanh.approx, its output stored a 128 x 32 box at a time, among
@@ -459,8 +459,10 @@ GLUON_MEASURED_FASTER: dict[str, str] = {
     # "Issue 29, 2026-11-27"): gluon-coop against "hopper", forwards (gate/up + GeGLU, cuBLAS's
     # down) from CUDA graphs at the post's shape and eager at the Llama shape. H100 "AP":
     # 176.6 against 189.1 us, 4112.0 against 4157.6 ("AN", the same H100 earlier: 4126.0
-    # against 4175.0). H200 "AQ": 181.3 against 190.1, 4234.9 against 4279.8. (Eager forwards
-    # at the post's shape read the host there: 69-170 us of dispatch per gluon launch.)
+    # against 4175.0). H200 "AQ": 181.3 against 190.1, 4234.9 against 4279.8. The lesson's own
+    # eager bench, a second run on each GPU (AS, AT): one call 5-6% faster at the post's shape,
+    # queued level (H100) or 9% faster (H200); at that shape eager forwards wait on the host where
+    # a gluon launch costs 125-170 us of dispatch (AP, AQ, the lesson's first runs).
     "NVIDIA H100 80GB HBM3": "gluon-coop",
     "NVIDIA H200": "gluon-coop",
 }

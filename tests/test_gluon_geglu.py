@@ -74,6 +74,10 @@ def check_sass(result: dict) -> None:
         assert counts["SETMAXNREG"] > 0, name  # warp_specialize's worker_num_regs took effect
         assert counts["STSM"] > 0, name  # the product stored by stmatrix (pack's blocks of 8)
         assert counts["STL"] == 0, name  # no register spilled to local memory
+        # each tile's first K step ignores the accumulator it carries from the last tile, so
+        # no tile zeroes its registers first (the 6% of docs/measurements.md, 2026-11-27): one
+        # such HGMMA per accumulator chain, of the 4 k16 HGMMA a 64-wide K step issues per chain
+        assert 4 * counts["HGMMA0"] == counts["HGMMA"], (name, counts)
     # exp2 and a fast division (pingpong) against tanh.approx (cooperative: fast_tanh)
     assert result["pingpong"][2]["MUFU.EX2"] > 0 and result["pingpong"][2]["MUFU.TANH"] == 0
     assert result["cooperative"][2]["MUFU.TANH"] > 0 and result["cooperative"][2]["MUFU.EX2"] == 0

@@ -34,11 +34,14 @@ from tracereader.commandline import one_line
 ROOT = Path(__file__).resolve().parents[2]
 
 OPS = (
-    "MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "UTMALDG", "UTMASTG", "STSM", "SETMAXNREG",
-    "STL",
+    "MUFU.TANH", "MUFU.EX2", "MUFU.RCP", "HGMMA", "HGMMA0", "UTMALDG", "UTMASTG", "STSM",
+    "SETMAXNREG", "STL",
 )  # fmt: skip
 # The column's name -> what the SASS says: setmaxnreg.{inc,dec} is USETMAXREG in sm_90's SASS.
 SASS_SPELLING = {"SETMAXNREG": "USETMAXREG"}
+# HGMMA0: an HGMMA told by a predicate whether to read its accumulator (use_acc / scale-d), as a
+# tile's first K step is where the accumulator is not zeroed first (gluon; QuACK's !UPT).
+SASS_PATTERNS = {"HGMMA0": re.compile(r"HGMMA\.[^;]*, !?UP(?:T|\d)")}
 KERNELS = {
     "hopper": fused_geglu.fused_gate_up_geglu_tma_kernel,
     "hopper-epi": fused_geglu.fused_gate_up_geglu_tma_epi_kernel,
@@ -85,7 +88,10 @@ def sass_counts(cubin: bytes) -> tuple[int | None, dict[str, int]]:
         os.unlink(f.name)
     regs = re.search(r"REG:(\d+)", usage)
     return (int(regs.group(1)) if regs else None), {
-        op: sass.count(SASS_SPELLING.get(op, op)) for op in OPS
+        op: len(SASS_PATTERNS[op].findall(sass))
+        if op in SASS_PATTERNS
+        else sass.count(SASS_SPELLING.get(op, op))
+        for op in OPS
     }
 
 
