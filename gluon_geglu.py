@@ -473,7 +473,9 @@ def smem_layout(box: tuple[int, int], dtype: torch.dtype):
 
 def descriptors(x, packed, out, config):
     """TMA descriptors of x's, the weight's and the output's boxes, then the weight's and the
-    output's tail boxes (split_n), None where the tile is a power of two wide."""
+    output's tail boxes (split_n), None where the tile is a power of two wide. Under epi_split=2
+    the tail's output leaves through the head's box (the kernel stores it there), so the output's
+    descriptor is passed again rather than built twice on every launch."""
     head, tail = split_n(config.block_n)
     split = config.epi_split
     if split not in (1, 2) or (split == 2 and tail and tail // 2 != head // 4):
@@ -487,11 +489,15 @@ def descriptors(x, packed, out, config):
         (out, (config.block_m, head // 2 // split)),
     ]
     if tail:
-        boxes += [(packed, (tail, config.block_k)), (out, (config.block_m, tail // 2))]
+        boxes.append((packed, (tail, config.block_k)))
+        if split == 1:
+            boxes.append((out, (config.block_m, tail // 2)))
     descs = [
         TensorDescriptor.from_tensor(t, list(box), smem_layout(box, x.dtype)) for t, box in boxes
     ]
-    return descs if tail else [*descs, None, None]
+    if not tail:
+        return [*descs, None, None]
+    return descs if split == 1 else [*descs, descs[2]]
 
 
 def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs: int, proton=False):
