@@ -25,6 +25,7 @@ import torch.nn.functional as F
 import fused_geglu
 import quack_gemm
 from common import check, cli
+from tools.dev import gluon_bench
 
 
 def main() -> int:
@@ -103,4 +104,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(gluon_bench.run(main))  # Ctrl-C, a closed stdout, a shape too big: one line each
