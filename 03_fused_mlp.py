@@ -7,8 +7,9 @@ weights so that one tile holds matching gate and up columns, how to register a T
 a custom op that torch.compile sees through (no graph break), and what a TMA, persistent kernel
 changes on Hopper.
 
-The kernel and its module live in fused_geglu.py; read it beside this file. GeGLUMLP's weights
-(models.py), with gate and up packed once so that a tile holds matching columns of both:
+The kernel and its module live in modules/geglu/fused.py; read it beside this file.
+GeGLUMLP's weights (modules/models.py), with gate and up packed once so that a tile holds
+matching columns of both:
     m = fused_gate_up_geglu(x, gate_up)   # one Triton GEMM, gelu_tanh(g) * u in its epilogue
     y = down_proj(m)                      # cuBLAS, as in 03_simple_mlp.py
 
@@ -40,13 +41,13 @@ script says in one line that it needs a GPU.
     uv run 03_fused_mlp.py --kernel hopper --proton # inside the plain Triton kernel, beside it
 
 --proton (SM90; the gluon kernel, or --kernel hopper): Proton, Triton's intra-kernel profiler,
-timestamps scopes inside gluon_geglu.py's kernel, per warp: the producer waiting for a free
+timestamps scopes inside modules/geglu/gluon.py's kernel, per warp: the producer waiting for a free
 slot, the consumers waiting for data and running their epilogue. Its Chrome trace lands beside
-torch.profiler's (..._proton.chrome_trace). The reading (gluon_proton.py), per warp, as a share
+torch.profiler's (..._proton.chrome_trace). The reading (explain --proton), per warp, as a share
 of its block's span: a consumer warp waiting for data means compute waits on loads (memory- or
 latency-bound); the producer waiting for slots means loads wait on compute (the tensor cores set
 the pace); both at once, a full ring whose data still lands late. Sums over the trace would mix
-8 consumer warps with 1 producer warp a block; uv run python gluon_proton.py TRACE reads a saved
+8 consumer warps with 1 producer warp a block; uv run explain --proton TRACE reads a saved
 one. With --kernel hopper the plain kernel's warps each time their main loop and their epilogue:
 all of a block's warps store at once, and that share of the span the tensor cores idle.
     TRITON_INTERPRET=1 uv run 03_fused_mlp.py --batch 2 --seq 3 --dim 16 --hidden 32
@@ -59,12 +60,13 @@ from dataclasses import replace
 import torch
 from torch.profiler import profile, record_function, schedule
 
-import fused_geglu
-import quack_gemm
-from common import check, cli, outputs, profiling, shapes
+from common import check, cli, fused_kernel, outputs, profiling, shapes
 from common.measuring import bench, timing, traffic
-from models import GeGLUMLP
-from models import geglu_reference as reference
+from modules import quack_gemm, triton_support
+from modules.geglu import fused as fused_geglu
+from modules.geglu import shared as geglu_shared
+from modules.models import GeGLUMLP
+from modules.models import geglu_reference as reference
 from tracereader import Expect
 
 SCRIPT = "03_fused_mlp"
@@ -117,7 +119,8 @@ def parse(argv):
         choices=["auto", "plain", "hopper", "gluon"],
         default="auto",
         help="plain: pointer loads, one program per tile (Ampere, the interpreter); hopper: TMA "
-        "and a persistent grid (compute capability 9.x, bf16/fp16); gluon: gluon_geglu.py's "
+        "and a persistent grid (compute capability 9.x, bf16/fp16); gluon: "
+        "modules/geglu/gluon.py's "
         "warp-specialized kernel (SM90, eager only); auto: hopper where it applies, gluon "
         "instead on the GPUs where it measured faster (default: auto)",
     )
@@ -154,7 +157,7 @@ def refuse_proton(args) -> None:
 
 def record_proton(fused, x, out) -> None:
     """Run the kernel once under Proton's instrumentation and read its scopes back per warp
-    (gluon_proton.py): gluon's waits, or the hopper kernel's main loop and epilogue, as shares
+    (explain --proton): gluon's waits, or the hopper kernel's main loop and epilogue, as shares
     of the block's span, and the verdict. The hopper kernel runs its unflattened loop here: in
     the flattened one the compiler's peeling duplicates the scopes' records."""
     import dataclasses
@@ -163,8 +166,10 @@ def record_proton(fused, x, out) -> None:
     import triton.profiler as proton
     from triton.profiler import language as pl
 
-    import gluon_geglu
-    import gluon_proton
+    from modules.geglu import gluon as gluon_geglu
+    from tracereader.analyses import proton as warps
+    from tracereader.render.proton import summary
+    from tracereader.trace.proton import load
 
     stem = out.trace.name.split(".")[0]
     name = out.trace.with_name(f".{stem}_proton.partial")  # Proton adds .chrome_trace
@@ -172,12 +177,12 @@ def record_proton(fused, x, out) -> None:
     final = out.trace.with_name(f"{stem}_proton.chrome_trace")
     flat = x.reshape(-1, x.shape[-1])
     config = fused_geglu.CONFIGS[fused.config]
-    programs = fused_geglu.sm_count(x.device)
+    programs = triton_support.sm_count(x.device)
     # Proton's buffer in global memory: the kernel's ring fills the shared memory.
     mode = proton.mode.Default(buffer_type="global")
     proton.start(str(name), data="trace", backend="instrumentation", mode=mode)
     try:
-        if config.path == fused_geglu.GLUON:
+        if config.path == geglu_shared.GLUON:
             gluon_geglu.launch(flat, fused.gate_up, fused.hidden, config, programs, proton=True)
         else:  # Proton times Gluon's code unless told that triton.language's may be timed too
             pl.enable_semantic("triton")
@@ -188,16 +193,16 @@ def record_proton(fused, x, out) -> None:
         proton.finalize()
     os.replace(written, final)
     print(f"proton: {final}")
-    for line in gluon_proton.summary(gluon_proton.read(gluon_proton.load(final))):
+    for line in summary(warps.read(load(final))):
         print(f"  {line}")
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     refuse_proton(args)
-    fused_geglu.refuse_unrunnable(args.device, args.compile, args.kernel)
+    fused_kernel.refuse_unrunnable(args.device, args.compile, args.kernel)
     run = cli.resolve(args)
-    kernel = fused_geglu.choose_kernel(args.kernel, run, args.dim, args.hidden, args.compile)
+    kernel = fused_kernel.choose_kernel(args.kernel, run, args.dim, args.hidden, args.compile)
     packed_bytes = 2 * args.dim * args.hidden * cli.element_size(run)
     cli.ensure_fits(
         shapes.mlp_bytes_needed(args, run) + packed_bytes,
@@ -212,7 +217,7 @@ def main(argv=None) -> int:
     )
 
     mlp = GeGLUMLP(args.dim, args.hidden).to(run.device, run.dtype).eval()
-    config = fused_geglu.config_name(kernel, run, auto=args.kernel == "auto")
+    config = fused_kernel.config_name(kernel, run, auto=args.kernel == "auto")
     fused = fused_geglu.FusedGeGLUMLP(mlp, config).eval()
     print(f"kernel: {fused.describe()}")
     forward = torch.compile(fused) if args.compile else fused

@@ -22,9 +22,9 @@ import torch
 from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, outputs, profiling, shapes
+from common.kernel_source import liger_geglu_mlp
 from common.measuring import bench, traffic
-from models import geglu_reference as reference  # Liger's module has the same weights
-from models import liger_geglu_mlp
+from modules.models import geglu_reference as reference  # Liger's module has the same weights
 from tracereader import Expect
 
 SCRIPT = "03_kernels_mlp"
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     )
 
     # The post's get_kernel("kernels-community/liger-kernels", version=1).layers, with its
-    # fallbacks (models.fetch_liger_layers): the module is Liger's LigerGEGLUMLP.
+    # fallbacks (common.kernel_source.fetch_liger_layers): the module is Liger's LigerGEGLUMLP.
     mlp, source = liger_geglu_mlp(args.dim, args.hidden)
     print(f"kernels: {source}")
     mlp = mlp.to(run.device, run.dtype).eval()

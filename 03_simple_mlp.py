@@ -3,7 +3,8 @@
 You will learn: how many kernels a small block really launches, which CPU ops reach the GPU
 and which only rewrite metadata, and what torch.compile fuses (and what it leaves alone).
 
-The module, GeGLUMLP from models.py (03_fused_mlp, tools/shape_sweep and 05_tp_mlp run the same):
+The module, GeGLUMLP from modules/models.py (03_fused_mlp, tools/shape_sweep and 05_tp_mlp run the
+same):
     g, u = gate_proj(x), up_proj(x)               # nn.Linear(dim, hidden, bias=False) each
     y = down_proj(F.gelu(g, approximate="tanh") * u)   # nn.Linear(hidden, dim, bias=False)
 
@@ -27,8 +28,8 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
-from models import GeGLUMLP
-from models import geglu_reference as reference
+from modules.models import GeGLUMLP
+from modules.models import geglu_reference as reference
 from tracereader import Expect
 
 SCRIPT = "03_simple_mlp"

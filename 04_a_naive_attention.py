@@ -29,7 +29,7 @@ from torch.profiler import profile, record_function, schedule
 
 from common import check, cli, outputs, profiling, shapes
 from common.measuring import bench, traffic
-from models import attention_reference as reference
+from modules.models import attention_reference as reference
 from tracereader import Expect
 
 SCRIPT = "04_a_naive_attention"

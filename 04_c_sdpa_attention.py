@@ -63,7 +63,7 @@ from torch.profiler import profile, record_function, schedule
 import tracereader
 from common import check, cli, outputs, profiling, sdpa, shapes
 from common.measuring import bench, traffic
-from models import attention_reference as reference
+from modules.models import attention_reference as reference
 from tracereader import Expect
 
 SCRIPT = "04_c_sdpa_attention"

@@ -46,7 +46,7 @@ try:
 except ImportError:  # not installed: one line when a kernel is asked for, not a traceback
     get_kernel = kernel_source.get_kernel_missing
 from common.measuring import bench, traffic
-from models import attention_reference
+from modules.models import attention_reference
 from tracereader import Expect
 
 SCRIPT = "04_d_kernels_attention"

@@ -45,8 +45,8 @@ from torch.profiler import profile, record_function, schedule
 import tracereader
 from common import check, cli, outputs, profiling, shapes, torchrun
 from common.measuring import bench_ranks, traffic
-from models import GeGLUMLP
-from models import geglu_reference as reference
+from modules.models import GeGLUMLP
+from modules.models import geglu_reference as reference
 from tracereader import Expect
 
 SCRIPT = "05_tp_mlp"

@@ -7,7 +7,7 @@ casts cost. Every earlier lesson profiled a forward under no_grad; this one trai
 The model, a small language model built from the earlier lessons' parts:
     x = embed(tokens)                                        # nn.Embedding(vocab, dim)
     per layer:  x = x + out(sdpa(qkv(rmsnorm(x)), causal))   # 04_c's attention
-                x = x + GeGLUMLP(rmsnorm(x))                 # 03's MLP, models.py
+                x = x + GeGLUMLP(rmsnorm(x))                 # 03's MLP, modules/models.py
     loss = cross_entropy(head(rmsnorm(x)), targets)          # nn.Linear(dim, vocab)
 One step: forward and loss, loss.backward(), AdamW's step(), zero_grad(set_to_none=True),
 each under its own record_function: forward, backward, optimizer.
@@ -54,7 +54,7 @@ import tracereader
 from common import cli, memory, outputs, profiling, training
 from common.measuring import timing, traffic
 from common.training import reference_step
-from models import TinyLM
+from modules.models import TinyLM
 from tracereader import Expect
 
 SCRIPT = "06_train_step"

@@ -73,7 +73,7 @@ import tracereader
 from common import cli, outputs, profiling, torchrun, training
 from common.measuring import bench_ranks
 from common.training import reference_step
-from models import TinyLM
+from modules.models import TinyLM
 from tracereader import Expect, bytes_text
 
 SCRIPT = "07_fsdp_train"
@@ -261,7 +261,7 @@ def bytes_needed(args, world: int) -> int:
     say that it does not fit."""
     d, h = args.dim, args.hidden
     # per block: two RMSNorm weights, q, k, v, o, and the MLP's gate, up, down; the root: the
-    # embedding, the head and the final norm (TinyLM in models.py)
+    # embedding, the head and the final norm (TinyLM in modules/models.py)
     params = args.layers * (2 * d + 4 * d * d + 3 * d * h) + 2 * args.vocab * d + d
     t = args.batch * args.seq
     acts = (args.layers * (7 * t * args.dim + 4 * t * args.hidden) + 3 * t * args.vocab) * 4

@@ -6,7 +6,7 @@ every weight once and does almost no arithmetic with it), how to write its floor
 running anything, how a key/value cache is written and read, and what the host's launches cost
 a token until a CUDA graph replays them all at once.
 
-The model, llama.py's Llama 3 decoder with random weights (`--preset tiny|1b|8b`): RMSNorm,
+The model, modules/llama.py's Llama 3 decoder with random weights (`--preset tiny|1b|8b`): RMSNorm,
 rotary embeddings, grouped-query attention through SDPA, the gated SiLU MLP; 7 GEMMs per layer
 (q, k, v, o, gate, up, down) and the head. Generation, greedy:
     prefill  the prompt at once: every layer's keys and values written into the cache, the
@@ -22,13 +22,16 @@ mode="reduce-overhead", so the same steps run both ways and the trace shows exac
 What then remains is the kernels themselves, and four flags change those: `--fuse` reads q, k,
 v with one GEMM and gate, up with another (the same weights: at one row per sequence a small
 GEMM cannot keep the memory busy, a larger one can); `--attention split` runs decode's attention
-through decode_attention.py's Triton kernels, which split the cache across the SMs and read only
+through modules/decode_attention.py's Triton kernels, which split the cache across the SMs and read
+only
 the positions written (SDPA's kernels give each key/value head to one block: 8 blocks at batch
 1); `--attention flex` through FlexAttention; `--gemv` (batch 1, with --fuse) runs each of a
-token's projections as decode_gemv.py's Triton GEMV, its RMSNorm or SiLU gate and its residual
+token's projections as modules/decode_gemv.py's Triton GEMV, its RMSNorm or SiLU gate and its
+residual
 add inside it, on tiles fixed per shape rather than tuned on the machine (and the prompt's head);
 `--fused-gate` (with --fuse, SM90) computes a prompt's gate/up GEMM and SiLU gate in one Gluon
-kernel (gluon_geglu.py), so the [B x P, 2 x hidden] product never leaves it. `--impl hf` runs the
+kernel (modules/geglu/gluon.py), so the [B x P, 2 x hidden] product never leaves it. `--impl hf`
+runs the
 same weights through transformers' LlamaForCausalLM and its `generate` with a static cache
 (compiled by transformers itself on a GPU, into CUDA graphs).
 
@@ -73,14 +76,12 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import profile, record_function, schedule
 
-import decode_attention
-import decode_gemv
-import fused_geglu
-import llama
 import tracereader
-from common import cli, outputs, profiling
+from common import cli, fused_kernel, outputs, profiling
 from common import generation as plumbing
 from common.measuring import ceilings, traffic
+from modules import decode_attention, decode_gemv, llama
+from modules.geglu import fused as fused_geglu
 from tracereader import Expect
 
 SCRIPT = "08_generate"
@@ -575,16 +576,18 @@ def parse(argv):
     parser.add_argument("--attention", choices=list(llama.ATTENTION), default="sdpa",
                         help="sdpa: PyTorch's fused kernels (cuDNN, FlashAttention, ...); flex: "
                         "FlexAttention, compiled by Inductor; split: decode's attention split "
-                        "across the SMs by decode_attention.py's Triton kernels (a GPU, or "
+                        "across the SMs by modules/decode_attention.py's Triton kernels (a GPU, or "
                         "TRITON_INTERPRET=1) (default: sdpa)")  # fmt: skip
     parser.add_argument("--gemv", action="store_true",
                         help="with --fuse, batch 1: each decode projection (and the prompt's "
-                        "head) one Triton GEMV (decode_gemv.py) with its RMSNorm or SiLU gate "
+                        "head) one Triton GEMV (modules/decode_gemv.py) with its RMSNorm or SiLU "
+                        "gate "
                         "and residual add inside, tiles fixed per shape (a GPU, or "
                         "TRITON_INTERPRET=1)")  # fmt: skip
     parser.add_argument("--fused-gate", action="store_true",
                         help="with --fuse, on an SM90 GPU (H100, H200): gate/up GEMM and SiLU "
-                        "gate in one Gluon kernel (gluon_geglu.py) where batch x positions fill "
+                        "gate in one Gluon kernel (modules/geglu/gluon.py) where batch x "
+                        "positions fill "
                         "a 128-row tile of it (a prompt; fewer rows take cuBLAS), their "
                         "weight's rows in its blocks of 8 units, which decode reads "
                         "too")  # fmt: skip
@@ -655,7 +658,7 @@ def main(argv=None) -> int:
         if why:
             raise cli.UsageError(why)
     if args.fused_gate:
-        fused_geglu.require_gluon(run, "--fused-gate")
+        fused_kernel.require_gluon(run, "--fused-gate")
     cfg, elt = llama.PRESETS[args.preset], cli.element_size(run)
     sizes = (args.prompt, args.new_tokens, elt)
     need = bytes_needed(cfg, args.batch, *sizes, reference=True, bench=args.bench)
@@ -697,7 +700,7 @@ def main(argv=None) -> int:
         model = llama.hf_model(model, v.max_len + 1)
     else:  # the variant's own kernels, on the reference's weights
         model.attend = llama.ATTENTION[v.attention]
-        if v.fused_gate:  # gluon_geglu.py's weight layout, and its SiLU configuration
+        if v.fused_gate:  # modules/geglu/gluon.py's weight layout, and its SiLU configuration
             model.fuse_projections(gate_kernel=GATE_KERNEL)
         elif v.fused:
             model.fuse_projections()

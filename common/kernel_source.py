@@ -227,3 +227,29 @@ def refuse_flash(variant: str, run) -> None:
             f"--variant fa3 needs a Hopper GPU (compute capability 9.x); this one is "
             f"{major}.{minor}: use --variant fa2"
         )
+
+
+# --- Liger's GeGLU MLP (03_kernels_mlp.py, the sweep) ---------------------------------------
+
+LIGER_REPO = "kernels-community/liger-kernels"
+
+
+def fetch_liger_layers():
+    """Part 2's line: a pre-built kernel package from the Hub, pinned to version 1 (whose
+    LigerGEGLUMLP takes a config), downloaded once and cached."""
+    try:
+        from kernels import get_kernel  # Hugging Face's kernels library
+    except ImportError:  # not installed: one line when the kernel is asked for
+        get_kernel = get_kernel_missing
+    return get_kernel(LIGER_REPO, version=1).layers
+
+
+def liger_geglu_mlp(dim: int, hidden: int) -> tuple[object, str]:
+    """Liger's GeGLU MLP (gate, up, down created in GeGLUMLP's order, so the same seed gives
+    the same weights) and where it came from: the Hub, the offline cache, LOCAL_KERNELS, else
+    the liger-kernel package (liger_layers tries them in that order)."""
+    from modules.models import GeGLUConfig
+
+    layers, source = liger_layers(fetch_liger_layers, LIGER_REPO)
+    config = GeGLUConfig(hidden_size=dim, intermediate_size=hidden)
+    return layers.LigerGEGLUMLP(config), source

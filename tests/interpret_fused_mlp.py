@@ -1,4 +1,5 @@
-"""Run 03_fused_mlp.py's kernels (fused_geglu.py) through Triton's interpreter; print what was
+"""Run 03_fused_mlp.py's kernels (modules/geglu/fused.py) through Triton's interpreter; print what
+was
 seen as JSON.
 
 Started by tests/test_fused_mlp.py in a subprocess with TRITON_INTERPRET=1 (Triton reads it
@@ -22,14 +23,16 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-import fused_geglu
 from common import check, cli
 from common.cli import DTYPES
-from models import GeGLUMLP, geglu_reference
+from modules import triton_support
+from modules.geglu import fused as fused_geglu
+from modules.geglu import shared as geglu_shared
+from modules.models import GeGLUMLP, geglu_reference
 from tests.helpers import load_script
 
-Config = fused_geglu.Config
-DEVICE = "cpu" if fused_geglu.INTERPRETING else "cuda"
+Config = geglu_shared.Config
+DEVICE = "cpu" if triton_support.INTERPRETING else "cuda"
 
 # Small tiles, so that odd shapes take several row blocks, column blocks and K steps, and the
 # persistent grid (3 programs on the interpreter) loops over more tiles than it has programs.
@@ -48,7 +51,7 @@ def kernel_case(path: str, dtype: str, config: Config, m: int, dim: int, hidden:
     x = torch.randn(m, dim).to(DEVICE, dt)
     gate = (torch.randn(hidden, dim) / dim**0.5).to(DEVICE, dt)
     up = torch.randn(hidden, dim).to(DEVICE, dt)
-    packed = fused_geglu.pack_gate_up(gate, up, config.block_n // 2)
+    packed = geglu_shared.pack_gate_up(gate, up, config.block_n // 2)
     out = fused_geglu.launch(x, packed, hidden, config)
     ref = F.gelu(x.float() @ gate.float().T, approximate="tanh") * (x.float() @ up.float().T)
     return {
@@ -96,7 +99,7 @@ def module_cases() -> list[dict]:
     Interpreted, torch.compile runs Dynamo alone (backend="eager"): Inductor would trace into
     an interpreted kernel, which cannot run on the fake tensors that tracing uses. On a GPU it
     is torch.compile's default, Inductor."""
-    backend = "eager" if fused_geglu.INTERPRETING else "inductor"
+    backend = "eager" if triton_support.INTERPRETING else "inductor"
     results = []
     for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32"), ("fp16", "hopper")):
         dt = DTYPES[dtype]
@@ -143,7 +146,7 @@ def lesson_runs(traces_dir: str) -> list[dict]:
 
 
 def main() -> int:
-    if not fused_geglu.INTERPRETING and not torch.cuda.is_available():
+    if not triton_support.INTERPRETING and not torch.cuda.is_available():
         print("error: run with TRITON_INTERPRET=1, or on a CUDA GPU", file=sys.stderr)
         return 2
     report = {
@@ -151,7 +154,7 @@ def main() -> int:
         "hopper_epi": hopper_epi_cases(),
         "modules": module_cases(),
     }
-    if fused_geglu.INTERPRETING:
+    if triton_support.INTERPRETING:
         report["lesson_runs"] = lesson_runs(sys.argv[1])
     print("JSON " + json.dumps(report))
     return 0

@@ -1,5 +1,6 @@
 """Run in a subprocess by test_kernel_source.py: load the Liger layers the way 03_kernels_mlp.py
-and the sweep do (models.fetch_liger_layers), under whatever LOCAL_KERNELS / HF_HUB_OFFLINE /
+and the sweep do (common.kernel_source.fetch_liger_layers), under whatever LOCAL_KERNELS /
+HF_HUB_OFFLINE /
 HF_HUB_CACHE the test set, and print where they came from, or the one line a user would see
 instead. `--no-kernels-library` and `--no-liger` make `import kernels` and `import
 liger_kernel` fail, as in a Python with torch but without this project's environment (the GPU
@@ -9,7 +10,7 @@ import sys
 
 from common import kernel_source
 from common.cli import UsageError
-from models import LIGER_REPO, fetch_liger_layers
+from common.kernel_source import LIGER_REPO, fetch_liger_layers
 
 for flag, module in (("--no-kernels-library", "kernels"), ("--no-liger", "liger_kernel")):
     if flag in sys.argv:

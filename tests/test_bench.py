@@ -534,8 +534,9 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
     on a GPU or the interpreter, and nothing here runs it)."""
     import torch
 
-    import fused_geglu
     from common import cli
+    from modules.geglu import fused as fused_geglu
+    from modules.geglu import shared as geglu_shared
 
     sweep = load_script("tools.shape_sweep")
     for dtype, config in (("bf16", "plain"), ("fp32", "plain-fp32")):
@@ -548,7 +549,7 @@ def test_sweep_builds_the_fused_variant_from_the_same_weights():
             mine, theirs = getattr(fused_ref, name).weight, getattr(eager, name).weight
             assert torch.equal(mine, theirs) and mine.dtype == run.dtype
         half = fused_geglu.CONFIGS[config].block_n // 2
-        packed = fused_geglu.pack_gate_up(eager.gate_proj.weight, eager.up_proj.weight, half)
+        packed = geglu_shared.pack_gate_up(eager.gate_proj.weight, eager.up_proj.weight, half)
         assert torch.equal(fused.gate_up, packed)
         assert torch.equal(fused.down_proj.weight, eager.down_proj.weight)
         assert sweep.make_forward("fused", fused) is fused  # run as it is, no compile

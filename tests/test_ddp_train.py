@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from models import TinyLM
+from modules.models import TinyLM
 from tests.helpers import ROOT, load_script
 from tests.test_fsdp_train import SMALL, _in_process, torchrun_launch
 from tests.test_tp_mlp import check

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 import tracereader
 from common import torchrun
-from models import TinyLM
+from modules.models import TinyLM
 from tests.helpers import (
     EXTERNAL_TRACES,
     ROOT,

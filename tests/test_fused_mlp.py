@@ -13,9 +13,13 @@ import sys
 import pytest
 import torch
 
-import fused_geglu
+from common import fused_kernel
 from common.measuring import traffic
-from models import GeGLUMLP
+from modules import triton_support
+from modules.geglu import fused as fused_geglu
+from modules.geglu import hopper, hopper_epi, plain
+from modules.geglu import shared as geglu_shared
+from modules.models import GeGLUMLP
 from tests.helpers import ROOT, inside, load_script, read_trace, run_script, steps
 from tracereader.analyses import bench as profiled
 from tracereader.analyses import diff
@@ -129,7 +133,7 @@ def test_lesson_runs_end_to_end_under_the_interpreter(interpreted):
 
 
 def test_kernel_names_are_classed_as_hand_written_triton():
-    kernels = fused_geglu.fused_gate_up_geglu_kernel, fused_geglu.fused_gate_up_geglu_tma_kernel
+    kernels = plain.fused_gate_up_geglu_kernel, hopper.fused_gate_up_geglu_tma_kernel
     for kernel in kernels:
         name = kernel.__name__ if hasattr(kernel, "__name__") else kernel.fn.__name__
         assert classify(name).cls == "triton"
@@ -137,7 +141,7 @@ def test_kernel_names_are_classed_as_hand_written_triton():
 
 
 def test_the_opt_in_kernel_name_is_classed_as_hand_written_triton():
-    name = fused_geglu.fused_gate_up_geglu_tma_epi_kernel.fn.__name__
+    name = hopper_epi.fused_gate_up_geglu_tma_epi_kernel.fn.__name__
     assert classify(name).cls == "triton" and classify(f"{name}_0").cls == "triton"
 
 
@@ -225,7 +229,7 @@ def test_packing_pairs_gate_and_up_rows_per_tile_and_pads_with_zeros():
     hidden, dim, half = 5, 3, 2
     gate = torch.arange(hidden * dim, dtype=torch.float32).view(hidden, dim) + 1
     up = -gate
-    packed = fused_geglu.pack_gate_up(gate, up, half)
+    packed = geglu_shared.pack_gate_up(gate, up, half)
     assert packed.shape == (2 * 6, dim) and packed.is_contiguous()  # hidden padded to 6
     blocks = packed.view(3, 2, half, dim)  # [tile, gate|up, row, dim]
     assert torch.equal(blocks[:, 0].reshape(6, dim)[:hidden], gate)
@@ -242,7 +246,7 @@ def test_zero_size_is_one_line_exit_2_nothing_written(tmp_path, capsys):
 
 
 def test_cpu_without_the_interpreter_says_it_needs_a_gpu(tmp_path, capsys):
-    if fused_geglu.INTERPRETING:
+    if triton_support.INTERPRETING:
         pytest.skip("TRITON_INTERPRET=1 is set for the whole test run")
     assert run_script(SCRIPT, "--traces-dir", str(tmp_path)) == 2
     captured = capsys.readouterr()
@@ -260,7 +264,7 @@ def test_cpu_without_the_interpreter_says_it_needs_a_gpu(tmp_path, capsys):
     ],
 )
 def test_refusals_under_the_interpreter(argv, message, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(fused_geglu, "INTERPRETING", True)  # no kernel runs here
+    monkeypatch.setattr(fused_kernel, "INTERPRETING", True)  # no kernel runs here
     assert run_script(SCRIPT, *argv, "--traces-dir", str(tmp_path)) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1

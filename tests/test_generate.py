@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 import torch
 
-import llama
 import tracereader
 from common import cli
+from modules import llama
 from tests.helpers import ROOT, load_script, run_script
 from tracereader.commands import explain
 from tracereader.judge import findings
@@ -165,7 +165,7 @@ def test_the_prompts_causal_attention_over_its_own_keys_is_the_masked_one_over_t
 
 @pytest.mark.slow
 def test_split_attention_gives_sdpas_result_and_the_references_tokens(tmp_path):
-    """decode_attention.py's kernels under Triton's interpreter (a subprocess: Triton reads
+    """modules/decode_attention.py's kernels under Triton's interpreter (a subprocess: Triton reads
     TRITON_INTERPRET when imported): against SDPA at odd shapes, positions at a split's edge
     and the cache's last, unwritten keys that would dominate if read; then the lesson with
     --attention split --fuse holds the float32 reference's tokens and its guess."""
@@ -197,14 +197,16 @@ print("split ok")
 
 @pytest.mark.slow
 def test_decode_gemvs_give_the_linears_result_and_the_references_tokens(tmp_path):
-    """decode_gemv.py's kernel under Triton's interpreter (a subprocess, as above): each
+    """modules/decode_gemv.py's kernel under Triton's interpreter (a subprocess, as above): each
     prologue (none, RMSNorm, SiLU gate from halves or from --fused-gate's blocks of 8) and the
     residual against torch at odd sizes (rows and K not multiples of the tiles, in float32 and
     bf16); then the lesson with --gemv holds the float32 reference's tokens, its decode steps
     calling the op and no aten::mm, its prefill (a prompt of one token) aten::mm for the
     layers and the op for the head, the GEMMs' rows as the guess said."""
     code = """
-import torch, torch.nn.functional as F, decode_gemv, fused_geglu
+import torch, torch.nn.functional as F
+from modules import decode_gemv
+from modules.geglu import shared as geglu_shared
 torch.manual_seed(0)
 for n, k, dtype in [(37, 100, torch.float32), (8, 512, torch.float32), (130, 1030, torch.bfloat16),
                     (33, 520, torch.bfloat16)]:
@@ -221,7 +223,7 @@ for n, k, dtype in [(37, 100, torch.float32), (8, 512, torch.float32), (130, 103
              (decode_gemv.gemv(x, w, gate=True, residual=r),
               F.linear(F.silu(gate) * up, f(w)) + f(r))]
     if k % 8 == 0:  # --fused-gate's order: blocks of 8 gate values, then the same units' up
-        blocks = fused_geglu.pack_gate_up(*x.view(2, k, 1), 8).view(1, 1, 2 * k)
+        blocks = geglu_shared.pack_gate_up(*x.view(2, k, 1), 8).view(1, 1, 2 * k)
         cases.append((decode_gemv.gemv(blocks, w, gate=True, residual=r, units=8),
                       F.linear(F.silu(gate) * up, f(w)) + f(r)))
     for got, want in cases:
@@ -528,7 +530,7 @@ def test_fused_gate_sends_a_prompt_to_the_gluon_kernel_and_a_token_to_the_gemm()
     on its blocks of 8 units. Traced with fake tensors: the kernel itself needs an SM90 GPU."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    pytest.importorskip("gluon_geglu", reason="this Triton has no Gluon Hopper API")
+    pytest.importorskip("modules.geglu.gluon", reason="this Triton has no Gluon Hopper API")
     lesson = load_script(SCRIPT)
     torch.manual_seed(0)
     cfg = llama.PRESETS["tiny"]

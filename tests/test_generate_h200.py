@@ -262,7 +262,8 @@ def test_transformers_generate_is_read_balanced_with_its_syncs_named():
 
 @pytest.mark.parametrize("device, token_us", [("H200", (4_100, 4_400)), ("H100", (5_550, 5_850))])
 def test_gemv_decode_reads_as_gemms_without_the_single_block_kernels(device, token_us):
-    """--gemv (H200 "U" 20:35Z, H100 "V" 20:40Z, 2026-11-26; combo kernels on): decode_gemv.py's
+    """--gemv (H200 "U" 20:35Z, H100 "V" 20:40Z, 2026-11-26; combo kernels on):
+    modules/decode_gemv.py's
     kernels read as the token's GEMMs, 4 a layer and the head, and the RMSNorms' single-block
     statistics kernels that --autotune's token spends 5% of its GPU time in are gone (each GEMV
     computes its norm): no "one block" finding, where the autotuned trace of the same kind of

@@ -1,4 +1,5 @@
-"""gluon_geglu.py on a CPU: Gluon has no interpreter, so its kernel is compiled for sm_90 here
+"""modules/geglu/gluon.py on a CPU: Gluon has no interpreter, so its kernel is compiled for sm_90
+here
 (under the installed Triton and, where a copy is present, Triton 3.6, the GPU machines') and its
 SASS read for the shape a warp-specialized Hopper GEMM must have; its registers and shared
 memory worked out; its packing; and the one-line refusals where it cannot run."""
@@ -15,34 +16,39 @@ from pathlib import Path
 import pytest
 import torch
 
-import fused_geglu
+from common import cli, fused_kernel
+from modules import triton_support
+from modules.geglu import fused as fused_geglu
+from modules.geglu import shared as geglu_shared
 from tests.helpers import ROOT, load_script, run_script
 
-gluon_geglu = pytest.importorskip("gluon_geglu", reason="this Triton has no Gluon Hopper API")
+gluon_geglu = pytest.importorskip(
+    "modules.geglu.gluon", reason="this Triton has no Gluon Hopper API"
+)
 # Triton 3.6 (the GPU machines'): `uv pip install --target /tmp/triton36 triton==3.6.0`
 TRITON36 = Path(os.environ.get("TRITON36_PATH", "/tmp/triton36"))
 SMEM_LIMIT = 227 * 1024  # an SM90 CTA's dynamic shared memory
 PINGPONG = fused_geglu.CONFIGS["gluon"]
-COOPERATIVE = fused_geglu.Config(
+COOPERATIVE = geglu_shared.Config(
     "gluon", 128, 256, 64, stages=4, warps=8, consumers=1, fast_tanh=True
 )
 # QuACK's tile width, no power of two: two accumulators of 128 and 64 columns (split_n)
-WIDE192 = fused_geglu.Config("gluon", 128, 192, 64, stages=4, warps=4, consumers=2, fast_tanh=True)
+WIDE192 = geglu_shared.Config("gluon", 128, 192, 64, stages=4, warps=4, consumers=2, fast_tanh=True)
 
 # Compile both shapes in a child process: prints {config: [shared, regs, counts]} as JSON, so
 # that the same code runs under another Triton by PYTHONPATH alone.
 COMPILE = """
 import json, sys
-import fused_geglu, gluon_geglu
+from modules.geglu import fused as fused_geglu, gluon as gluon_geglu, shared as geglu_shared
 from tools.dev.fused_geglu_sass import sass_counts
 import triton
-configs = {"pingpong": fused_geglu.CONFIGS["gluon"], "cooperative": fused_geglu.Config(
+configs = {"pingpong": fused_geglu.CONFIGS["gluon"], "cooperative": geglu_shared.Config(
     "gluon", 128, 256, 64, stages=4, warps=8, consumers=1, fast_tanh=True),
-    "wide192": fused_geglu.Config(
+    "wide192": geglu_shared.Config(
     "gluon", 128, 192, 64, stages=4, warps=4, consumers=2, fast_tanh=True),
-    "silu": fused_geglu.CONFIGS["gluon-silu"], "split": fused_geglu.Config(
+    "silu": fused_geglu.CONFIGS["gluon-silu"], "split": geglu_shared.Config(
     "gluon", 128, 192, 64, stages=5, warps=4, consumers=2, fast_tanh=True, epi_split=2),
-    "split128": fused_geglu.Config(
+    "split128": geglu_shared.Config(
     "gluon", 128, 128, 64, stages=6, warps=4, consumers=2, epi_split=2)}
 result = {"triton": triton.__version__}
 for name, cfg in configs.items():
@@ -108,7 +114,7 @@ def check_sass(result: dict) -> None:
 
 
 def test_compiles_for_sm90_under_the_installed_triton():
-    if fused_geglu.INTERPRETING:
+    if triton_support.INTERPRETING:
         pytest.skip("TRITON_INTERPRET=1 compiles nothing")
     check_sass(compiled(str(ROOT)))
 
@@ -257,8 +263,8 @@ def test_refused_on_a_cpu_in_one_line(argv, message, tmp_path, capsys):
 
 def test_gluon_under_torch_compile_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # past the CPU refusal
-    with pytest.raises(fused_geglu.cli.UsageError, match="eagerly only"):
-        fused_geglu.refuse_unrunnable("cuda", True, "gluon")
+    with pytest.raises(cli.UsageError, match="eagerly only"):
+        fused_kernel.refuse_unrunnable("cuda", True, "gluon")
 
 
 def test_sweep_lists_fused_gluon_on_sm90_only(capsys):
@@ -266,7 +272,7 @@ def test_sweep_lists_fused_gluon_on_sm90_only(capsys):
     assert "fused-gluon" in sweep.choose_variants(None, on_gpu=True, major=9)
     assert "fused-gluon" not in sweep.choose_variants(None, on_gpu=True, major=8)
     assert "the fused-gluon variant is skipped: SM90 only" in capsys.readouterr().out
-    with pytest.raises(fused_geglu.cli.UsageError, match="fused-gluon variant cannot run"):
+    with pytest.raises(cli.UsageError, match="fused-gluon variant cannot run"):
         sweep.choose_variants(["fused-gluon"], on_gpu=True, major=10)
 
 
@@ -320,12 +326,12 @@ def test_auto_takes_gluon_only_on_gpus_where_it_measured_faster(name, monkeypatc
     an asked-for gluon runs its default configuration everywhere."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    run = fused_geglu.cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
-    listed = fused_geglu.GLUON_MEASURED_FASTER.get(name)
-    kernel = fused_geglu.choose_kernel("auto", run, 768, 3072)
+    run = cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
+    listed = fused_kernel.GLUON_MEASURED_FASTER.get(name)
+    kernel = fused_kernel.choose_kernel("auto", run, 768, 3072)
     assert kernel == ("gluon" if listed else "hopper")
-    assert fused_geglu.config_name(kernel, run, auto=True) == (listed or "hopper")
-    assert fused_geglu.choose_kernel("auto", run, 768, 3072, compiling=True) == "hopper"
-    assert fused_geglu.config_name("gluon", run) == "gluon"
-    for config in fused_geglu.GLUON_MEASURED_FASTER.values():
+    assert fused_kernel.config_name(kernel, run, auto=True) == (listed or "hopper")
+    assert fused_kernel.choose_kernel("auto", run, 768, 3072, compiling=True) == "hopper"
+    assert fused_kernel.config_name("gluon", run) == "gluon"
+    for config in fused_kernel.GLUON_MEASURED_FASTER.values():
         assert fused_geglu.CONFIGS[config].path == "gluon"

@@ -1,4 +1,4 @@
-"""gluon_proton.py: the per-warp reading of the gluon kernel's Proton trace, on a CPU.
+"""explain --proton: the per-warp reading of the gluon kernel's Proton trace, on a CPU.
 
 Measured context (H100 run 2, 2026-11-26, torch 2.11.0+cu130, Triton 3.6.0; `03_fused_mlp.py
 --batch 64 --seq 128 --dim 768 --hidden 3072 --proton --active 1`, the 128 x 128 pingpong, 132
@@ -22,8 +22,12 @@ import statistics
 
 import pytest
 
-import gluon_proton
 from tests.helpers import ROOT
+from tracereader.analyses import proton as gluon_proton_analysis
+from tracereader.commands.explain import main as explain
+from tracereader.names import proton as scopes
+from tracereader.render.proton import summary
+from tracereader.trace.proton import load
 
 FIXTURE = (
     ROOT
@@ -34,7 +38,7 @@ FIXTURE = (
 
 @pytest.fixture(scope="module")
 def blocks():
-    return gluon_proton.read(gluon_proton.load(FIXTURE))
+    return gluon_proton_analysis.read(load(FIXTURE))
 
 
 def test_fixture_is_small_with_its_provenance():
@@ -60,7 +64,7 @@ def test_the_producer_waits_about_two_thirds_of_its_span_for_a_free_slot(blocks)
         # the consumers' waits ~150%.
         assert 0.60 < producer.waits < 0.70
         assert producer.epilogue == 0.0
-        assert producer.verdict == gluon_proton.LOADS_WAIT
+        assert producer.verdict == gluon_proton_analysis.LOADS_WAIT
 
 
 def test_each_consumer_warp_waits_for_data_and_runs_its_epilogue_about_a_fifth(blocks):
@@ -69,13 +73,13 @@ def test_each_consumer_warp_waits_for_data_and_runs_its_epilogue_about_a_fifth(b
             # Per warp, not summed over the block's 8 (which would read ~150% each).
             assert 0.10 < warp.waits < 0.26
             assert 0.14 < warp.epilogue < 0.23
-            assert warp.verdict == gluon_proton.COMPUTE_WAITS
+            assert warp.verdict == gluon_proton_analysis.COMPUTE_WAITS
         assert 0.15 < statistics.fmean(w.waits for w in block.consumers) < 0.21
         assert 0.16 < statistics.fmean(w.epilogue for w in block.consumers) < 0.20
 
 
 def test_the_lesson_prints_two_lines_per_warp(blocks):
-    first, second = gluon_proton.summary(blocks)
+    first, second = summary(blocks)
     assert "producer waits for a free slot 65%" in first
     assert re.search(r"each consumer warp waits for data 1[89]%", first)
     assert "epilogue 18%" in first
@@ -91,51 +95,51 @@ def span(pid, tid, name, ts, dur):
 def test_verdicts_follow_the_thresholds():
     # One block of 100 units: a producer waiting 20%, a consumer waiting for data 2%.
     events = [
-        span("b", "warp 8", gluon_proton.SLOT, 0, 20),
-        span("b", "warp 0", gluon_proton.DATA, 0, 2),
-        span("b", "warp 0", gluon_proton.EPILOGUE, 90, 10),
+        span("b", "warp 8", scopes.SLOT, 0, 20),
+        span("b", "warp 0", scopes.DATA, 0, 2),
+        span("b", "warp 0", scopes.EPILOGUE, 90, 10),
         {"ph": "M", "name": "process_name", "pid": "b"},  # metadata: not a scope
         span("b", "warp 0", "some other scope", 0, 100),
     ]
-    (block,) = gluon_proton.read(events)
+    (block,) = gluon_proton_analysis.read(events)
     assert block.span == 100
-    assert block.producers[0].verdict == gluon_proton.NEITHER
-    assert block.consumers[0].verdict == gluon_proton.NEITHER
+    assert block.producers[0].verdict == gluon_proton_analysis.NEITHER
+    assert block.consumers[0].verdict == gluon_proton_analysis.NEITHER
     assert block.consumers[0].epilogue == pytest.approx(0.10)
-    assert "neither waits much" in gluon_proton.summary([block])[1]
+    assert "neither waits much" in summary([block])[1]
     events[0]["dur"] = 60  # the producer now waits 60%: the tensor cores set the pace
-    assert "the tensor cores set the pace" in gluon_proton.summary(gluon_proton.read(events))[1]
+    assert "the tensor cores set the pace" in summary(gluon_proton_analysis.read(events))[1]
     events[0]["dur"], events[1]["dur"] = 20, 30  # consumers wait 30%: loads do not keep up
-    assert "the loads do not keep up" in gluon_proton.summary(gluon_proton.read(events))[1]
+    assert "the loads do not keep up" in summary(gluon_proton_analysis.read(events))[1]
 
 
 def test_no_scopes_reads_as_one_line():
-    assert gluon_proton.read([]) == []
-    (line,) = gluon_proton.summary([])
+    assert gluon_proton_analysis.read([]) == []
+    (line,) = summary([])
     assert "no scopes" in line
 
 
 def test_the_scope_names_are_the_kernels():
-    source = (ROOT / "gluon_geglu.py").read_text()
-    for name in (gluon_proton.SLOT, gluon_proton.DATA, gluon_proton.EPILOGUE):
+    source = (ROOT / "modules/geglu/gluon.py").read_text()
+    for name in (scopes.SLOT, scopes.DATA, scopes.EPILOGUE):
         assert source.count(f'pl.enter_scope("{name}")') == 1
         assert source.count(f'pl.exit_scope("{name}")') == 1
 
 
 def test_command_line_reads_a_saved_trace(capsys):
-    assert gluon_proton.main([str(FIXTURE)]) == 0
+    assert explain([str(FIXTURE), "--proton"]) == 0
     assert "producer waits for a free slot 65%" in capsys.readouterr().out
-    assert gluon_proton.main([]) == 2
-    assert gluon_proton.main([str(FIXTURE.with_name("absent.chrome_trace"))]) == 2
+    with pytest.raises(SystemExit) as stop:
+        explain(["--proton"])
+    assert stop.value.code == 2
+    assert explain([str(FIXTURE.with_name("absent.chrome_trace")), "--proton"]) == 2
     assert "cannot read" in capsys.readouterr().err
-    assert gluon_proton.main(["--help"]) == 0  # not a trace named --help
-    assert "per warp" in capsys.readouterr().out
 
 
 def test_the_plain_kernels_warps_read_as_main_loop_then_epilogue():
     """--proton --kernel hopper: each of a block's warps times its main loop and its epilogue;
     all of them store at once, so the epilogue's share is the tensor cores' idle share."""
-    main, epi = gluon_proton.MAIN_LOOP, gluon_proton.PLAIN_EPILOGUE
+    main, epi = scopes.MAIN_LOOP, scopes.PLAIN_EPILOGUE
     events = []
     for warp in range(8):  # two tiles of 50 units: 40 in the main loop, 10 storing
         for t0 in (0, 50):
@@ -143,17 +147,17 @@ def test_the_plain_kernels_warps_read_as_main_loop_then_epilogue():
                 span("b", f"warp {warp}", main, t0, 40),
                 span("b", f"warp {warp}", epi, t0 + 40, 10),
             ]
-    (block,) = gluon_proton.read(events)
+    (block,) = gluon_proton_analysis.read(events)
     assert not block.producers and not block.consumers and len(block.plain) == 8
     assert block.plain[0].waits == pytest.approx(0.8) and block.plain[0].epilogue == pytest.approx(
         0.2
     )
-    head, reading = gluon_proton.summary([block])
+    head, reading = summary([block])
     assert "main loop 80%, epilogue 20% (8 warps)" in head
-    assert reading.startswith(f"reading: {gluon_proton.EPILOGUE_STOPS} (8 of 8 warps)")
+    assert reading.startswith(f"reading: {gluon_proton_analysis.EPILOGUE_STOPS} (8 of 8 warps)")
     for e in events:  # a short epilogue: 48 + 2 per tile
         e["ts"], e["dur"] = (e["ts"], 48) if e["name"] == main else (e["ts"] + 8, 2)
-    assert "the main loop sets the pace" in gluon_proton.summary(gluon_proton.read(events))[1]
+    assert "the main loop sets the pace" in summary(gluon_proton_analysis.read(events))[1]
 
 
 def test_the_hopper_kernel_compiles_with_paired_proton_scopes_for_sm90(tmp_path):

@@ -494,7 +494,7 @@ def test_07_counts_its_parameters_without_building_the_model():
     is TinyLM's own."""
     from argparse import Namespace
 
-    from models import TinyLM
+    from modules.models import TinyLM
     from tests.helpers import load_script
 
     fsdp = load_script("07_fsdp_train")

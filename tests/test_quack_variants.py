@@ -9,8 +9,8 @@ from types import ModuleType
 
 import pytest
 
-import quack_gemm
 from common import cli
+from modules import quack_gemm
 from tests.helpers import load_script
 
 tuner = load_script("tools.tune_fused_mlp")

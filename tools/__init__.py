@@ -1,4 +1,5 @@
 """What a user runs beside the lessons, one script each (the README lists them); the
 maintainers' scripts are in tools/dev/. Run them from the repository root by name,
-`uv run python -m tools.NAME`, so that they import the root's modules (models, fused_geglu,
-quack_gemm) as the lessons do."""
+`uv run python -m tools.NAME`, so that they import the package `modules` (models, the GeGLU
+kernels, quack_gemm) as the
+lessons do."""

@@ -26,10 +26,12 @@ import sys
 
 import torch
 
-import fused_geglu
-from common import cli
+from common import cli, fused_kernel
 from common.measuring.timing import time_host
-from models import GeGLUMLP
+from modules import triton_support
+from modules.geglu import fused as fused_geglu
+from modules.geglu import hopper
+from modules.models import GeGLUMLP
 
 
 def empty_ops():
@@ -64,8 +66,8 @@ def main() -> int:
     torch.manual_seed(0)
     mlp = GeGLUMLP(dim, hidden).to(dev, dtype).eval()
     run = cli.Run(dev, dtype, "bf16")
-    kernel = fused_geglu.choose_kernel("auto", run, dim, hidden)
-    name = fused_geglu.config_name(kernel, run, auto=True)
+    kernel = fused_kernel.choose_kernel("auto", run, dim, hidden)
+    name = fused_kernel.config_name(kernel, run, auto=True)
     fused = fused_geglu.FusedGeGLUMLP(mlp, name).eval()
     config = fused_geglu.CONFIGS[name]
     x = torch.randn(args.m, dim, device=dev, dtype=dtype)
@@ -75,9 +77,9 @@ def main() -> int:
     # The kernel alone, as launch() calls it, with the output allocated once outside.
     fused_geglu.launch(x, fused.gate_up, hidden, config)  # compiles; installs the TMA allocator
     if config.path == "hopper":
-        k = fused_geglu.fused_gate_up_geglu_tma_kernel
+        k = hopper.fused_gate_up_geglu_tma_kernel
         tiles = triton.cdiv(args.m, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
-        programs = min(tiles, fused_geglu.sm_count(dev))
+        programs = min(tiles, triton_support.sm_count(dev))
 
         def triton_launch():
             k[(programs,)](
@@ -96,7 +98,7 @@ def main() -> int:
             x, fused.gate_up, hidden, kernel
         ),
         "launch() traceable": lambda: fused_geglu.launch(
-            x, fused.gate_up, hidden, config, wrap=fused_geglu.traceable
+            x, fused.gate_up, hidden, config, wrap=triton_support.traceable
         ),
         "empty custom_op": lambda: custom_op(x, hidden),
         "empty define/impl": lambda: define_impl(x, hidden),

@@ -20,7 +20,8 @@ Guess first:
   mark-dynamic     torch._dynamo.mark_dynamic on the batch and seq dims: the same, opted in per
                    input rather than for the whole function.
   liger            no compiles at all (GPU only).
-  fused            03_fused_mlp.py's module (fused_geglu.py, GPU only): gate, up and the GeGLU in
+  fused            03_fused_mlp.py's module (modules/geglu/fused.py, GPU only): gate, up and the
+  GeGLU in
                    one Triton GEMM, down by cuBLAS; two kernels, no compile, no Dynamo. Large
                    shapes: the lowest GPU time, its one kernel taking about what cuBLAS takes for
                    gate and up alone (the "gate/up+GeGLU us" column): no GeGLU kernel, and g and u
@@ -37,7 +38,8 @@ Guess first:
                    the input copy; launches cost nothing there.
   fused-graph      the fused module under torch.compile(mode="reduce-overhead") (GPU only):
                    its two kernels replayed from a CUDA graph. Both removals at once.
-  fused-gluon      fused, with gluon_geglu.py's warp-specialized kernel (`--kernel gluon`; SM90
+  fused-gluon      fused, with modules/geglu/gluon.py's warp-specialized kernel (`--kernel gluon`;
+  SM90
                    only, listed there): the same two kernels, the gate/up one with a producer
                    warp and consumer warpgroups taking turns; eager, no compile.
   quack            the same fusion by QuACK (quack-kernels, `uv sync --extra hopper`; SM90
@@ -66,10 +68,11 @@ import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 from torch.profiler import profile
 
-import quack_gemm
 from common import check, cli, outputs, profiling
+from common.kernel_source import liger_geglu_mlp
 from common.measuring import sweep_report, timing
-from models import GeGLUMLP, geglu_reference, liger_geglu_mlp
+from modules import quack_gemm
+from modules.models import GeGLUMLP, geglu_reference
 from tracereader.names.kernel_names import classify
 
 SCRIPT = "shape_sweep"
@@ -91,7 +94,7 @@ GPU_ONLY = {  # variant -> why it needs a CUDA GPU
     "fused": "03_fused_mlp.py's kernel is Triton",
     "cuda-graph": "CUDA graphs record and replay GPU launches",
     "fused-graph": "03_fused_mlp.py's kernel is Triton, replayed from a CUDA graph",
-    "fused-gluon": "gluon_geglu.py's kernel is Gluon code for SM90",
+    "fused-gluon": "modules/geglu/gluon.py's kernel is Gluon code for SM90",
     "quack": "QuACK's gated GEMM is CuTe DSL code for SM90",
 }
 COMPILED = (
@@ -482,14 +485,17 @@ def build(
         return module, module
     mlp = GeGLUMLP(dim, hidden).to(run.device, run.dtype).eval()
     if variant in ("fused", "fused-graph", "fused-gluon"):
-        import fused_geglu as fused  # only when asked for: importing it registers its custom op
+        from common import fused_kernel
+        from modules.geglu import fused  # only when asked for: importing it registers its custom op
 
         # The lesson's own choice: Hopper's TMA kernel on compute capability 9.x (bf16, fp16),
         # else the plain one; its fixed configuration for that path and dtype. fused-gluon:
         # the gluon kernel, refused in one line where it cannot run.
         asked = "gluon" if variant == "fused-gluon" else "auto"
-        kernel = fused.choose_kernel(asked, run, dim, hidden, compiling=variant == "fused-graph")
-        config = fused.config_name(kernel, run, auto=asked == "auto")
+        kernel = fused_kernel.choose_kernel(
+            asked, run, dim, hidden, compiling=variant == "fused-graph"
+        )
+        config = fused_kernel.config_name(kernel, run, auto=asked == "auto")
         module = fused.FusedGeGLUMLP(mlp, config).eval()
         print(f"fused kernel (hidden {hidden}): {module.describe()}")
         return module, mlp

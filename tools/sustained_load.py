@@ -19,10 +19,10 @@ import time
 
 import torch
 
-import fused_geglu
-from common import cli
+from common import cli, fused_kernel
 from common.measuring import timing
-from models import GeGLUMLP
+from modules.geglu import fused as fused_geglu
+from modules.models import GeGLUMLP
 from tools.tune_fused_mlp import gpu_state
 
 
@@ -42,8 +42,8 @@ def main() -> int:
     torch.manual_seed(0)
     mlp = GeGLUMLP(768, 3072).to(dev, torch.bfloat16).eval()
     run = cli.Run(dev, torch.bfloat16, "bf16")
-    kernel = fused_geglu.choose_kernel("auto", run, 768, 3072)
-    fused = fused_geglu.FusedGeGLUMLP(mlp, fused_geglu.config_name(kernel, run, auto=True)).eval()
+    kernel = fused_kernel.choose_kernel("auto", run, 768, 3072)
+    fused = fused_geglu.FusedGeGLUMLP(mlp, fused_kernel.config_name(kernel, run, auto=True)).eval()
     x = torch.randn(64, 128, 768, device=dev, dtype=torch.bfloat16)
     print(f"{torch.cuda.get_device_name()}; idle: {gpu_state()}")
     print("  time   forward (do_bench median)   SM clock, max, power, limit, throttle reasons")

@@ -26,7 +26,7 @@ hidden 3072, bf16), in this order:
      GEMMs at this shape, the lesson's own kernel and QuACK's (one square is no ceiling: a
      K = 768 GEMM can beat it), so no GEMM timed here beats the floor;
   4. a short table, the targets met or not, and each path's best configuration as a line to
-     paste into CONFIGS in fused_geglu.py.
+     paste into CONFIGS in modules/geglu/fused.py.
 Times are triton.testing.do_bench medians (each call after an L2 flush). Candidates stop once
 --budget-s is spent, so the whole run ends well inside 8 minutes.
 
@@ -48,14 +48,15 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 
-import fused_geglu
-import quack_gemm
 from common import check, cli
 from common.measuring import timing
-from models import GeGLUMLP, geglu_reference
+from modules import quack_gemm
+from modules.geglu import fused as fused_geglu
+from modules.geglu import shared as geglu_shared
+from modules.models import GeGLUMLP, geglu_reference
 from tracereader.names import devices
 
-Config = fused_geglu.Config
+Config = geglu_shared.Config
 
 DTYPES = {name: cli.DTYPES[name] for name in ("bf16", "fp16")}  # the tensor cores' types
 
@@ -115,7 +116,8 @@ def hopper_epi_candidates(quick: bool) -> list[Config]:
 
 
 def gluon_candidates(quick: bool) -> list[Config]:
-    """gluon_geglu.py's kernel: pingpong (two consumer warpgroups taking turns over tiles) and
+    """modules/geglu/gluon.py's kernel: pingpong (two consumer warpgroups taking turns over tiles)
+    and
     cooperative (one of 8 warps per tile), each beside one change at a time. Shared memory:
     stages x (x's box + the weight's box) + one output box per consumer, under 227 KB."""
     base = fused_geglu.CONFIGS["gluon"]  # pingpong 128 x 128 x 64, 6 stages of 32 KB
@@ -179,7 +181,8 @@ def quack_variants(major: int | None, dtype: str = "bf16") -> list[tuple[str, st
 
 
 def as_code(cfg: Config) -> str:
-    """The configuration as CONFIGS in fused_geglu.py writes it: what differs from the defaults."""
+    """The configuration as CONFIGS in modules/geglu/fused.py writes it: what differs from the
+    defaults."""
     tile = (cfg.path, cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages, cfg.warps)
     plain = Config(*tile)
     changed = "".join(
@@ -215,7 +218,7 @@ def host_us(fn) -> float:
     return timing.time_host(fn).median_s * 1e6
 
 
-PATHS = fused_geglu.PATHS  # each with its candidates below
+PATHS = geglu_shared.PATHS  # each with its candidates below
 ROUNDS = 5  # round-robin passes over the whole forwards
 TWO = "cuBLAS gate + up (two F.linear)"
 DOWN = "cuBLAS down (F.linear)"
@@ -680,7 +683,9 @@ def main() -> int:
                     f"  {path}: fused kernel / {kernel_what}: x{kernel_us[path] / qk_us:.2f}; "
                     "target <= 1.00"
                 )
-    print("paste into CONFIGS in fused_geglu.py (the fastest candidate; within ~2 us, prefer")
+    print(
+        "paste into CONFIGS in modules/geglu/fused.py (the fastest candidate; within ~2 us, prefer"
+    )
     print("the simpler one: no warp specialization, which Triton 3.6 fails to compile at times):")
     for path, (_, cfg) in best.items():
         print(f'  "{path}": {as_code(cfg)},')

@@ -21,8 +21,8 @@ import time
 
 import torch
 
-import llama
 from common import cli
+from modules import llama
 
 
 def lesson():

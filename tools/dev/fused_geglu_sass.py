@@ -1,4 +1,5 @@
-"""What fused_geglu.py's Hopper kernels and gluon_geglu.py's compile to for SM90, on any machine
+"""What modules/geglu/fused.py's Hopper kernels and modules/geglu/gluon.py's compile to for SM90,
+on any machine
 with Triton (no GPU).
 
 Per configuration: the shared memory it asks for (a launch fails above the GPU's 227 KB; two
@@ -14,7 +15,8 @@ cubin with its own cuobjdump.
 
     uv run python -m tools.dev.fused_geglu_sass                     (the committed Hopper configs)
     uv run python -m tools.dev.fused_geglu_sass --candidates hopper-epi     (the tuner's list)
-    uv run python -m tools.dev.fused_geglu_sass --candidates gluon          (gluon_geglu.py's)
+    uv run python -m tools.dev.fused_geglu_sass --candidates gluon
+    (modules/geglu/gluon.py's)
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import fused_geglu
 from common import cli
+from modules import triton_support
+from modules.geglu import fused as fused_geglu
+from modules.geglu import hopper, hopper_epi
+from modules.geglu import shared as geglu_shared
 from tracereader.commandline import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,16 +48,16 @@ SASS_SPELLING = {"SETMAXNREG": "USETMAXREG"}
 # tile's first K step is where the accumulator is not zeroed first (gluon; QuACK's !UPT).
 SASS_PATTERNS = {"HGMMA0": re.compile(r"HGMMA\.[^;]*, !?UP(?:T|\d)")}
 KERNELS = {
-    "hopper": fused_geglu.fused_gate_up_geglu_tma_kernel,
-    "hopper-epi": fused_geglu.fused_gate_up_geglu_tma_epi_kernel,
+    "hopper": hopper.fused_gate_up_geglu_tma_kernel,
+    "hopper-epi": hopper_epi.fused_gate_up_geglu_tma_epi_kernel,
     "gluon": None,  # gluon_geglu.compile_sm90 builds its own signature
 }
 
 
-def compile_sm90(cfg: fused_geglu.Config, dtype: str):
+def compile_sm90(cfg: geglu_shared.Config, dtype: str):
     import triton
 
-    if cfg.path == fused_geglu.GLUON:
+    if cfg.path == geglu_shared.GLUON:
         return fused_geglu.gluon().compile_sm90(cfg, cli.DTYPES[dtype])
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -112,7 +117,7 @@ def main() -> int:
     )
     parser.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     args = parser.parse_args()
-    if fused_geglu.INTERPRETING:
+    if triton_support.INTERPRETING:
         print("error: unset TRITON_INTERPRET: the interpreter compiles nothing", file=sys.stderr)
         return 2
     if args.candidates == "hopper":

@@ -1,4 +1,5 @@
-"""decode_gemv.py's tiles, measured (issue 28): for each projection of the 8b preset at one row,
+"""modules/decode_gemv.py's tiles, measured (issue 28): for each projection of the 8b preset at one
+row,
 with the prologue and residual 08_generate's --gemv gives it, every (BLOCK_N, BLOCK_K,
 num_warps) of a small grid timed as a CUDA graph of 8 calls over 8 copies of the weight (none
 found in L2; the head: 2 copies), median of 20 replays, beside cuBLAS's F.linear of the same
@@ -15,7 +16,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import decode_gemv
+from modules import decode_gemv
 from tools.dev.decode_kernels_probe import COPIES, graph_time
 
 # name: (N, K, prologue, residual), the 8b preset's fused projections and head

@@ -66,7 +66,7 @@ for part in $parts; do
         # overlapping the previous one's tail): H200, 4.514 against 4.522 ms (observations.md)
         pdl) TORCHINDUCTOR_ENABLE_PDL=1 run pdl $shape --compile --autotune --cuda-graphs \
             --fuse --attention split --bench ;;
-        # decode's projections as decode_gemv.py's GEMVs, tiles fixed (no tuner's draw)
+        # decode's projections as modules/decode_gemv.py's GEMVs, tiles fixed (no tuner's draw)
         gemv) run gemv $shape --compile --cuda-graphs --fuse --attention split --gemv --bench ;;
         # and a prompt's gate/up + SiLU as one Gluon kernel (SM90)
         gate) run gate $shape --compile --cuda-graphs --fuse --attention split --gemv \

@@ -1,9 +1,9 @@
-"""gluon_geglu.py's kernel on an SM90 GPU: checked at odd shapes, then timed beside QuACK.
+"""modules/geglu/gluon.py's kernel on an SM90 GPU: checked at odd shapes, then timed beside QuACK.
 
 check    every configuration asked for at odd shapes and the shape timed, against the
          float32 reference (relative error under common/check.py's bf16 tolerance); a
          compile error is printed whole, with the configuration that raised it;
-kernels  the gate/up + GeGLU kernels that passed, fused_geglu.py's "hopper" as committed,
+kernels  the gate/up + GeGLU kernels that passed, modules/geglu/fused.py's "hopper" as committed,
          QuACK's gemm_gated (tuned=True and False, where it imports), cuBLAS gate+up as
          one GEMM and the same GEMM followed by torch.compile's GeGLU kernel (the unfused
          pair fusion has to beat: at a prompt's M = 512 the question of issue 28's prefill),
@@ -32,10 +32,10 @@ import traceback
 import torch
 import torch.nn.functional as F
 
-import fused_geglu
-import quack_gemm
 from common import check, cli
-from models import GeGLUMLP, geglu_reference
+from modules import quack_gemm
+from modules.geglu import fused as fused_geglu
+from modules.models import GeGLUMLP, geglu_reference
 from tools import tune_fused_mlp as tuner
 
 ODD_SHAPES = ((1, 64, 40), (37, 264, 200), (1000, 776, 3080), (4099, 512, 1032))  # M, dim, hidden

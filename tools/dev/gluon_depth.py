@@ -21,8 +21,8 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-import fused_geglu
 from common import cli
+from modules.geglu import fused as fused_geglu
 from tools.dev import gluon_bench
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 29's GPU run on an H100 or H200 (torch 2.11, Triton 3.6, no network): gluon_geglu.py's
+# Issue 29's GPU run on an H100 or H200 (torch 2.11, Triton 3.6, no network): modules/geglu/gluon.py's
 # kernel compiled for sm_90 (its SASS counts), checked at odd shapes and timed beside QuACK's
-# gemm_gated, fused_geglu.py's hopper kernel and cuBLAS at the post's shape and the Llama one
+# gemm_gated, modules/geglu/fused.py's hopper kernel and cuBLAS at the post's shape and the Llama one
 # (tools/dev/gluon_bench.py: round-robin passes), the lesson with --kernel gluon --bench, one
 # Proton run, the sweep's fused-gluon variant, and Nsight Compute's figures where ncu exists.
 # QuACK comes from the carried wheel set under SITE where it is there (tools/carry_wheels.py

@@ -22,9 +22,9 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import fused_geglu
-import quack_gemm
 from common import check, cli
+from modules import quack_gemm
+from modules.geglu import fused as fused_geglu
 from tools.dev import gluon_bench
 
 

@@ -5,7 +5,7 @@ prefill to "its FLOPs at the rate its GEMMs reach alone" (until --fused-gate bea
 now holds prefill to its GEMMs in sequence). This measures both sides of that:
 
     attention  one layer's prompt attention, each way SDPA can be asked for it: the prompt's
-               own keys, causal, grouped queries (what llama.py does now), per backend; the
+               own keys, causal, grouped queries (what modules/llama.py does now), per backend; the
                same with k and v repeated per query head; and the cache's full length behind
                a mask (what it did before). do_bench medians, L2 flushed.
     ruler      the prefill's GEMMs: each shape alone on random N(0, 1) data (the old ruler);
@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import llama
 from common import cli
 from common import generation as plumbing
 from common.measuring import timing
+from modules import llama
 from tools.dev.decode_ncu import lesson
 
 SHAPE = dict(batch=1, prompt=512, max_len=768)  # the lesson's 8b bench: 512 + 256 new tokens

@@ -1,4 +1,4 @@
-"""The hopper kernel (fused_geglu.py) compiled for sm_90 with Proton's instrumentation, on a
+"""The hopper kernel (modules/geglu/fused.py) compiled for sm_90 with Proton's instrumentation, on a
 machine without a GPU: what `03_fused_mlp.py --proton --kernel hopper` will run, checked before
 a GPU session. Proton's own hook (triton.profiler.hooks.instrumentation) asks the GPU for its
 shared memory; here it is an H100's and H200's (227 KB), the rest of the hook as Proton sets it.
@@ -29,7 +29,8 @@ def compile_instrumented(flatten: bool):
     from triton.profiler.flags import flags
     from triton.profiler.hooks.instrumentation import InstrumentationHook, _interpret_mode
 
-    import fused_geglu
+    from modules.geglu import fused as fused_geglu
+    from modules.geglu import hopper
 
     chosen = _interpret_mode(mode.Default(buffer_type="global"))  # as record_proton's
     hook = InstrumentationHook(chosen)
@@ -53,7 +54,7 @@ def compile_instrumented(flatten: bool):
     pl.enable_semantic("triton")  # as record_proton does
 
     config = dataclasses.replace(fused_geglu.CONFIGS["hopper"], flatten=flatten)
-    kernel = fused_geglu.fused_gate_up_geglu_tma_kernel
+    kernel = hopper.fused_gate_up_geglu_tma_kernel
     fixed = dict(fused_geglu.constexprs(config), PROTON=True)
     signature = {
         name: "constexpr" if name in fixed else ("*bf16" if name.endswith("_ptr") else "i32")

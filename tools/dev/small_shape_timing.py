@@ -17,7 +17,7 @@ import sys
 import torch
 
 from common.measuring import timing
-from models import GeGLUMLP
+from modules.models import GeGLUMLP
 
 REPEATS = 5
 

@@ -8,6 +8,7 @@ step of the lessons' size, every kernel with its footprint and the CPU dispatch 
     uv run explain TRACE --json                # everything, machine-readable (schema 2)
     uv run explain RANK_FOLDER                 # every rank of one job, side by side
     uv run explain TRACE --memory              # allocated memory over the steps: PNG, peak
+    uv run explain PROTON_TRACE --proton       # the fused MLP's kernel per warp (Proton)
 
 A trace without ProfilerStep is read as one window. A file that is not a usable trace
 (unreadable, not JSON, no event the reader uses) is one line on stderr and exit code 2;
@@ -83,7 +84,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where --memory writes its PNG (a folder: <trace stem>.memory.png in it; "
         "default: beside the trace, so that the plot stays with what it plots)",
     )
+    parser.add_argument(
+        "--proton",
+        action="store_true",
+        help="a Proton trace of the fused MLP's kernel (03_fused_mlp.py --proton): per warp, "
+        "its waits and epilogue as shares of its block's span, and what sets the pace",
+    )
     args = parser.parse_args(argv)
+    if args.proton:
+        from tracereader.commands import proton
+
+        return proton.explain_main(args)
     if args.memory_png is not None and not args.memory:
         parser.error("--memory-png goes with --memory")
     # A command that reads one trace and exits: what it builds lives to the end, so the cyclic

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from fused_geglu import traceable
+from modules.triton_support import traceable
 
 OP = "profiling_pytorch::decode_gemv"
 NONE, NORM, GATE = 0, 1, 2  # the prologue: x as it is, RMSNorm(x) * g, SiLU(gate) * up (x

@@ -11,8 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LIGER_REPO = "kernels-community/liger-kernels"
-
 
 class GeGLUMLP(nn.Module):
     """The MLP of Part 2 (Gemma's): down(gelu_tanh(gate(x)) * up(x)), no biases."""
@@ -38,27 +36,6 @@ class GeGLUConfig:
     hidden_size: int
     intermediate_size: int
     hidden_act: str = "gelu_pytorch_tanh"  # Liger implements the tanh GeLU only
-
-
-def fetch_liger_layers():
-    """Part 2's line: a pre-built kernel package from the Hub, pinned to version 1 (whose
-    LigerGEGLUMLP takes a config), downloaded once and cached."""
-    try:
-        from kernels import get_kernel  # Hugging Face's kernels library
-    except ImportError:  # not installed: one line when the kernel is asked for
-        from common.kernel_source import get_kernel_missing as get_kernel
-    return get_kernel(LIGER_REPO, version=1).layers
-
-
-def liger_geglu_mlp(dim: int, hidden: int) -> tuple[nn.Module, str]:
-    """Liger's GeGLU MLP (gate, up, down created in GeGLUMLP's order, so the same seed gives
-    the same weights) and where it came from: the Hub, the offline cache, LOCAL_KERNELS, else
-    the liger-kernel package (common.kernel_source tries them in that order)."""
-    from common import kernel_source
-
-    layers, source = kernel_source.liger_layers(fetch_liger_layers, LIGER_REPO)
-    config = GeGLUConfig(hidden_size=dim, intermediate_size=hidden)
-    return layers.LigerGEGLUMLP(config), source
 
 
 class Block(nn.Module):

@@ -18,12 +18,13 @@ What a decode step's kernels can be, for 08_generate's flags:
   (gate_up_proj): the same weights, read by fewer and larger GEMMs, which at decode's one row
   per sequence is what sets their speed (a small GEMV cannot keep the GPU's memory busy);
 - `attention="flex"`: FlexAttention (compiled by Inductor) instead of SDPA;
-- `attention="split"`: at one query per sequence, decode_attention.py's kernels, which split
+- `attention="split"`: at one query per sequence, modules/decode_attention.py's kernels, which split
   the cache's positions across the SMs (SDPA's give a whole key/value head to one block);
 - `decode` and `head` (--gemv): a decode step, and the prompt's last position's logits, as
-  decode_gemv.py's GEMVs.
+  modules/decode_gemv.py's GEMVs.
 And a prompt's: `fuse_projections(gate_kernel=...)` (--fused-gate) computes gate, up and the
-SiLU gate in gluon_geglu.py's kernel where the rows fill its tiles (uses_gate_kernel). `greedy`
+SiLU gate in modules/geglu/gluon.py's kernel where the rows fill its tiles (uses_gate_kernel).
+`greedy`
 picks the next token from the logits (an argmax in two steps).
 """
 
@@ -36,8 +37,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import flex_attention
 
-import decode_attention  # noqa: F401  (registers profiling_pytorch::decode_attention)
-import fused_geglu
+from modules import decode_attention  # noqa: F401  (registers profiling_pytorch::decode_attention)
+from modules.geglu import fused as fused_geglu
+from modules.geglu import shared as geglu_shared
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,7 @@ class Llama(nn.Module):
             del a.q_proj, a.k_proj, a.v_proj
             packed = None
             if units:
-                packed = fused_geglu.pack_gate_up(m.gate_proj.weight, m.up_proj.weight, units)
+                packed = geglu_shared.pack_gate_up(m.gate_proj.weight, m.up_proj.weight, units)
             m.gate_up_proj = _joined(m.gate_proj, m.up_proj, weight=packed)
             m.units, m.gate_kernel = units, gate_kernel
             del m.gate_proj, m.up_proj

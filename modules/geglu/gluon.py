@@ -1,6 +1,6 @@
 """Gate, up and the GeGLU in one Gluon kernel for Hopper (SM90): what `triton.language` cannot say.
 
-fused_geglu.py's Hopper kernel leaves the schedule to the compiler: all 8 warps load, multiply
+hopper.py's kernel leaves the schedule to the compiler: all 8 warps load, multiply
 and run the epilogue in turn, so the tensor pipe idles while a tile's GeGLU and store run
 (docs/measurements.md: 75% tensor-pipe active against QuACK's 94%). Gluon
 (`triton.experimental.gluon`) is Triton's lower level: layouts, shared memory, mbarriers, TMA
@@ -17,9 +17,9 @@ of 8 warps both warpgroups share a tile ("cooperative"); the producer still load
 
 The weight is packed in blocks of 8 units (pack): 8 gate rows, then the same units' 8 up rows,
 so a wgmma accumulator holds gate and up of the same two adjacent units in one thread, for any
-tile width (fused_geglu.py's packing depends on its block_n), and the GeGLU's product leaves in
+tile width (shared.py's packing depends on its block_n), and the GeGLU's product leaves in
 the accumulator layout of a half-wide tile, which stmatrix stores (geglu). The GeGLU is
-fused_geglu.py's: gelu_tanh by exp2 and a fast division, or QuACK's tanh.approx (FAST_TANH);
+shared.py's: gelu_tanh by exp2 and a fast division, or QuACK's tanh.approx (FAST_TANH);
 Config(activation="silu") swaps its gate for SiLU, Llama's (08_generate.py --fused-gate).
 
 Gluon's shapes, shared-memory buffers and TMA boxes must be powers of two (Triton 3.6 and 3.9
@@ -61,7 +61,7 @@ except ImportError as err:
         f"the gluon kernel needs Triton's Gluon Hopper API (Triton 3.6 or newer); Triton "
         f"{triton.__version__} lacks it ({err})"
     ) from None
-from fused_geglu import (
+from modules.geglu.shared import (
     pack_gate_up,
     pl,  # Proton's in-kernel scopes (03_fused_mlp.py --proton), or None
 )
@@ -76,13 +76,13 @@ REGISTERS_PER_SM = 65536
 GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
-# --- The epilogue: fused_geglu.py's GeGLU, in Gluon ------------------------------------------
+# --- The epilogue: shared.py's GeGLU, in Gluon ------------------------------------------
 
 
 @gluon.jit
 def gelu_tanh(g):
     """0.5 * g * (1 + tanh(z)) = g / (1 + exp(-2z)): one exp2 and one fast division
-    (fused_geglu.gelu_tanh, which says why)."""
+    (shared.gelu_tanh, which says why)."""
     minus_2z_log2e = g * (-2.0 * 0.7978845608028654 * 1.4426950408889634) * (1.0 + 0.044715 * g * g)
     return gl.fdiv(g, 1.0 + gl.exp2(minus_2z_log2e))
 
@@ -141,7 +141,7 @@ def geglu(acc, FAST_TANH: gl.constexpr, SILU: gl.constexpr):
 @gluon.jit
 def tile_coordinates(tile_id, num_pid_m, num_pid_n, GROUP: gl.constexpr, ALONG_N: gl.constexpr):
     """Tile number -> (row block, column block), GROUP row blocks at a time, or GROUP column
-    blocks (ALONG_N), as fused_geglu.tile_coordinates_along walks them."""
+    blocks (ALONG_N), as shared.tile_coordinates_along walks them."""
     if ALONG_N:
         major = num_pid_n
         minor = num_pid_m
@@ -519,7 +519,7 @@ def pack(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """[hidden, dim] gate and up -> [2 * padded, dim]: UNITS gate rows, then the same units'
     UNITS up rows, and again (geglu says why 8). Zero rows pad hidden to a multiple of UNITS;
     their columns are past `hidden` and the TMA store clips them; TMA reads past the end as
-    zeros, so any tile width works. fused_geglu.pack_gate_up's layout, at UNITS."""
+    zeros, so any tile width works. shared.pack_gate_up's layout, at UNITS."""
     return pack_gate_up(gate, up, UNITS.value)
 
 

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from fused_geglu import INTERPRETING, UPCAST_FOR_INTERPRETER, sm_count, traceable
+from modules.triton_support import INTERPRETING, UPCAST_FOR_INTERPRETER, sm_count, traceable
 
 OP = "profiling_pytorch::decode_attention"
 BLOCK_N = 64  # keys per iteration of a split

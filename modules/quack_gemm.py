@@ -1,5 +1,6 @@
 """QuACK's gated GEMM beside our fused MLP: gate/up + GeGLU in one CuTe-DSL GEMM (quack-kernels
-0.6.4, `uv sync --extra hopper`), the same fusion as fused_geglu.py's Triton kernel, with cuBLAS
+0.6.4, `uv sync --extra hopper`), the same fusion as modules/geglu/fused.py's Triton kernel, with
+cuBLAS
 for down. Used wherever the fused MLP is compared: 03_fused_mlp.py --bench,
 tools/tune_fused_mlp.py and 03_shape_sweep.py (named quack_gemm: `quack` is QuACK's package).
 
@@ -64,7 +65,7 @@ def gated(x: torch.Tensor, b: torch.Tensor, *, tuned: bool) -> torch.Tensor:
 
 
 class QuackGeGLUMLP(nn.Module):
-    """GeGLUMLP's forward (models.py) with gate/up + GeGLU in QuACK's gated GEMM, down by
+    """GeGLUMLP's forward (modules/models.py) with gate/up + GeGLU in QuACK's gated GEMM, down by
     cuBLAS (F.linear), sharing the MLP's weights."""
 
     def __init__(self, mlp: nn.Module, *, tuned: bool):
