@@ -71,7 +71,7 @@ from torch.profiler import profile, record_function, schedule
 
 import tracereader
 from common import cli, outputs, profiling, torchrun, training
-from common.measuring import bench_ranks
+from common.measuring import timing
 from common.training import reference_step
 from modules.models import TinyLM
 from tracereader import Expect, bytes_text
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
 
     measured = None
     if args.bench:  # every rank runs the same steps; rank 0 reports its own
-        measured = bench_ranks.time_fixed(step, run, calls=BENCH_STEPS, repeats=BENCH_STEPS)
+        measured = timing.time_fixed(step, run, calls=BENCH_STEPS, repeats=BENCH_STEPS)
     if launch.rank != 0:
         return 0
 

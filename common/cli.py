@@ -22,7 +22,8 @@ import torch
 
 from common.check import WORKSPACE_BYTES, MismatchError
 from common.share import bucket_name
-from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons use cli.*
+from tracereader import (  # noqa: F401 - re-exported: the lessons use cli.*
+    ELEMENT_TYPES,
     Parser,
     UsageError,
     int_in,
@@ -31,7 +32,6 @@ from tracereader.commandline import (  # noqa: F401 - re-exported: the lessons u
     positive_int,
     size_up_to,
 )
-from tracereader.trace.model import ELEMENT_TYPES
 
 # Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
 # and the trace must still open in Perfetto and read back in seconds.

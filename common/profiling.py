@@ -22,8 +22,7 @@ import tracereader
 from common.cli import Run, UsageError, command_hint, compile_in_process, one_line
 from common.measuring import timing
 from common.outputs import Outputs
-from tracereader import Expect
-from tracereader.trace.model import Trace
+from tracereader import Expect, Trace
 
 WARMUP_CALLS = 3  # untimed calls before profiling, as Part 1's --warmup
 

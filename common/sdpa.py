@@ -18,8 +18,8 @@ from common import profiling
 from common.check import MismatchError
 from common.cli import Run, UsageError, one_line
 from common.outputs import Outputs
-from tracereader.analyses.sdpa import Row
-from tracereader.render.sdpa import comparison
+from tracereader import SdpaRow as Row
+from tracereader import sdpa_comparison as comparison
 
 # How SDPA's "<kernel> not used because:" warnings name each backend.
 HEADINGS = {"efficient": "memory efficient", "flash": "flash attention", "cudnn": "cudnn"}

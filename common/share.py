@@ -18,7 +18,7 @@ from pathlib import Path
 
 import huggingface_hub as hf
 
-from tracereader.commandline import Parser, UsageError, one_line
+from tracereader import Parser, UsageError, one_line
 
 PERFETTO = "https://ui.perfetto.dev/#!/?url={bucket_url}/resolve/{path}"
 TRACE_SUFFIXES = (".json", ".json.gz")

@@ -73,7 +73,7 @@ from common.kernel_source import liger_geglu_mlp
 from common.measuring import sweep_report, timing
 from modules import quack_gemm
 from modules.models import GeGLUMLP, geglu_reference
-from tracereader.names.kernel_names import classify
+from tracereader import classify
 
 SCRIPT = "shape_sweep"
 VARIANTS = (

@@ -33,9 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracereader.commandline import Parser, size_up_to
-from tracereader.reading import read_run
-from tracereader.trace.runs import runs_at
+from tracereader import Parser, read_run, runs_at, size_up_to
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -206,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+# long: the parser's flags, then the launch per rank count and its table
 def scale(argv: list[str] | None) -> int:
     parser = Parser(prog="tp_scaling.py", description=__doc__)
     parser.add_argument("out", type=Path, help="folder for the table, the CSV, logs and traces")

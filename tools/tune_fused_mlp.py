@@ -54,7 +54,7 @@ from modules import quack_gemm
 from modules.geglu import fused as fused_geglu
 from modules.geglu import shared as geglu_shared
 from modules.models import GeGLUMLP, geglu_reference
-from tracereader.names import devices
+from tracereader import datasheet
 
 Config = geglu_shared.Config
 
@@ -280,7 +280,7 @@ def compute_floor(
     if not rates:
         return math.nan, ["compute floor: no GEMM could be timed"]
     best = max(rates, key=rates.__getitem__)
-    sheet = devices.datasheet(device)
+    sheet = datasheet(device)
     peak = sheet.rate(dtype) if sheet else None
     lines = [
         f"{median_us[w]:7.1f} us {w:<52} {r / 1e12:4.0f} TFLOP/s"

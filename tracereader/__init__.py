@@ -23,8 +23,11 @@ This module is the one door the lessons use: `load`, `read`, `read_run`, `run_te
 `bytes_text`, `Expect`, `check`, and the lessons' own readings: the training phases
 (`phase_steps`, `phase_line`, `launched_under`, `collectives_by_phase`), 04_c's (`sdpa_row`,
 `host_time`) and 08's generation (`generation`, `generation_steps`, `gemm_rows`,
-`key_lengths`, `launch_calls`). Nothing here imports torch or the lessons' plumbing in
-`common/`.
+`key_lengths`, `launch_calls`), and what common/ and the tools share with the reader: the
+command-line kit (`Parser`, `UsageError`, the whole-number types, `one_line`, `run_cli`), names
+(`classify`, the kernel classes, `datasheet`, `OP_NAMES`), units and the benches' analyses.
+common/ and tools/ reach the reader only through here (tests/test_house.py holds them to it).
+Nothing here imports torch or the lessons' plumbing in `common/`.
 """
 
 from __future__ import annotations
@@ -51,6 +54,38 @@ _DOOR = {
     "gemm_rows": ("tracereader.analyses.generation", "gemm_rows"),
     "key_lengths": ("tracereader.analyses.generation", "key_lengths"),
     "launch_calls": ("tracereader.analyses.generation", "launch_calls"),
+    # What common/ and the tools use besides: the command-line kit (commandline is a leaf: these
+    # load no more of the reader), names, units and the analyses the benches share.
+    "Parser": ("tracereader.commandline", "Parser"),
+    "UsageError": ("tracereader.commandline", "UsageError"),
+    "int_in": ("tracereader.commandline", "int_in"),
+    "non_negative_int": ("tracereader.commandline", "non_negative_int"),
+    "one_line": ("tracereader.commandline", "one_line"),
+    "positive_int": ("tracereader.commandline", "positive_int"),
+    "size_up_to": ("tracereader.commandline", "size_up_to"),
+    "run_cli": ("tracereader.commands.shared", "run_cli"),
+    "ELEMENT_TYPES": ("tracereader.trace.model", "ELEMENT_TYPES"),
+    "Trace": ("tracereader.trace.model", "Trace"),
+    "runs_at": ("tracereader.trace.runs", "runs_at"),
+    "WORDS": ("tracereader.analyses.generation", "WORDS"),
+    "gpu_busy_s": ("tracereader.analyses.bench", "gpu_busy_s"),
+    "matched_times": ("tracereader.analyses.bench", "matched_times"),
+    "named_precisions": ("tracereader.analyses.bench", "named_precisions"),
+    "profiled_step_s": ("tracereader.analyses.bench", "profiled_step_s"),
+    "CUDA_CORES": ("tracereader.names.kernel_classes", "CUDA_CORES"),
+    "TENSOR_CORES": ("tracereader.names.kernel_classes", "TENSOR_CORES"),
+    "TF32": ("tracereader.names.kernel_classes", "TF32"),
+    "classify": ("tracereader.names.kernel_names", "classify"),
+    "datasheet": ("tracereader.names.devices", "datasheet"),
+    "OP_NAMES": ("tracereader.names.op_names", "NAMES"),
+    "duration": ("tracereader.units", "duration"),
+    "cell": ("tracereader.units", "cell"),
+    "LinkCurve": ("tracereader.analyses.linkcurve", "LinkCurve"),
+    "LINK_KINDS": ("tracereader.analyses.linkcurve", "KINDS"),
+    "bus_factor": ("tracereader.analyses.collectives", "bus_factor"),
+    "SdpaRow": ("tracereader.analyses.sdpa", "Row"),
+    "sdpa_comparison": ("tracereader.render.sdpa", "comparison"),
+    "read_findings": ("tracereader.judge.findings", "read"),
 }
 
 

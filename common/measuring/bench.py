@@ -18,10 +18,17 @@ from pathlib import Path
 from common.cli import Run
 from common.measuring import ceilings, timing, traffic
 from common.measuring.traffic import Kernel
-from tracereader.analyses.bench import gpu_busy_s, matched_times, named_precisions, profiled_step_s
-from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
-from tracereader.trace import load as trace_reader
-from tracereader.units import duration as reader_duration
+from tracereader import (
+    CUDA_CORES,
+    TENSOR_CORES,
+    TF32,
+    Trace,
+    gpu_busy_s,
+    matched_times,
+    named_precisions,
+    profiled_step_s,
+)
+from tracereader import duration as reader_duration
 
 
 def us(seconds: float) -> str:
@@ -245,7 +252,7 @@ def report(
     *,
     run: Run,
     model: list[Kernel],
-    trace: trace_reader.Trace,
+    trace: Trace,
     args: argparse.Namespace,
 ) -> timing.Timing:
     """`trace` is the run's own profiled trace, already read back by `profiling.look`."""

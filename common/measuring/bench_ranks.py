@@ -30,14 +30,11 @@ import tracereader
 from common.cli import Run
 from common.measuring import bench, ceilings, link, timing, traffic
 from common.torchrun import Group
-from tracereader import caches
-from tracereader.analyses.linkcurve import LinkCurve
-from tracereader.units import bytes_text
+from tracereader import LinkCurve, bytes_text, link_curve_key, store_link_curve
 
 # the largest buffer the link's measurement allocates (a lesson's memory estimate counts it)
 LINK_BYTES = 2 * link.HIGH  # an all-gather's output and input
 # timed calls per rank (on a GPU queued between two CUDA events), and on a GPU how many times
-CALLS, GPU_REPEATS = 20, 7
 
 
 @dataclass(frozen=True)
@@ -51,16 +48,6 @@ class Measured:
     link: LinkCurve | None  # the all-reduce's curve on this machine (None on a CPU, N = 1)
     link_cached: bool
     fresh_ceilings: bool  # --fresh-ceilings: rank 0's report measures them again
-
-
-def time_fixed(
-    fn: Callable[[], object], run: Run, *, calls: int = CALLS, repeats: int = GPU_REPEATS
-) -> timing.Timing:
-    """A fixed number of calls on every rank (see the module's doc): on a GPU `calls` queued
-    between two CUDA events, `repeats` times; on a CPU `calls` calls on the host clock."""
-    if run.on_gpu:
-        return timing.time_gpu_queued(fn, calls=calls, repeats=repeats)
-    return timing.time_cpu(fn, warmup_s=0.0, budget_s=0.0, min_runs=calls, max_runs=calls)
 
 
 def _gathered(value) -> list:
@@ -86,7 +73,7 @@ def _link(run: Run, group: Group, *, fresh: bool) -> tuple[LinkCurve | None, boo
     if cached is not None:  # keep the kinds measured before (tools/dev/link_curve.py's three)
         curve = dataclasses.replace(curve, points={**cached.points, **curve.points})
     if group.rank == 0:
-        caches.store_link_curve(caches.link_curve_key(name, group.backend, group.world),
+        store_link_curve(link_curve_key(name, group.backend, group.world),
                                 curve.to_csv())  # fmt: skip
     return curve, False
 
@@ -102,12 +89,12 @@ def measure(
     """Every rank: time `step` (the forward, waited for), then an all-reduce of a tensor like
     `reduced` (the forward's output) alone, then the link."""
     dist.barrier()  # start together: the first all-reduce would otherwise time the stragglers
-    forward = _gathered(time_fixed(step, run))
+    forward = _gathered(timing.time_fixed(step, run))
     host = _gathered(timing.time_host(step)) if run.on_gpu else None
     allreduce = None
     if group.world > 1:
         buf = torch.zeros_like(reduced)
-        allreduce = _gathered(time_fixed(lambda: dist.all_reduce(buf), run))
+        allreduce = _gathered(timing.time_fixed(lambda: dist.all_reduce(buf), run))
     curve, cached = _link(run, group, fresh=args.fresh_ceilings)
     return Measured(
         world=group.world,

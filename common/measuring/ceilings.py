@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracereader import caches
-from tracereader.names import devices
+from tracereader import cache_path as reader_cache_path
+from tracereader import datasheet, load_cache, save_cache
 
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")  # the datasheet's keys (tracereader.names.devices)
 MEMORY = "memory"
@@ -66,7 +66,7 @@ class Ceiling:
         memory = self.what == MEMORY
         unit, digits = ("TB/s", 2) if memory else ("TFLOP/s", 0)
         mine = f"{self.per_s / 1e12:.{digits}f}"
-        sheet = devices.datasheet(device_name)
+        sheet = datasheet(device_name)
         peak = (sheet.bytes_per_s if memory else sheet.rate(self.what)) if sheet else None
         if peak:
             text = (
@@ -87,7 +87,7 @@ class Ceiling:
 
 
 def cache_path() -> Path:
-    return caches.path("ceilings.json")
+    return reader_cache_path("ceilings.json")
 
 
 def key(device_name: str, torch_version: str, what: str) -> str:
@@ -121,7 +121,7 @@ def get(
     where it has them, else `measure_fn(what, probe)` -> rate (None: could not be measured,
     e.g. out of memory), cached. A ceiling none of whose probes could be measured is left out."""
     path = path or cache_path()
-    cache = caches.load(path)
+    cache = load_cache(path)
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     out = {}
     changed = False
@@ -144,7 +144,7 @@ def get(
             best = max(rates.values())
             out[what] = Ceiling(what, best, rates, min(dates), cached)
     if changed:
-        caches.save(path, cache)
+        save_cache(path, cache)
     return out
 
 

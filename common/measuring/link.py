@@ -1,6 +1,6 @@
 """Measure the link's curve (tracereader.analyses.linkcurve): all-reduce, all-gather and
 reduce-scatter at every size from `low` to `high` bytes, doubling, timed on every rank with the
-same fixed number of calls (bench_ranks.time_fixed), the slowest rank's best sample per point."""
+same fixed number of calls (timing.time_fixed), the slowest rank's best sample per point."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import torch
 import torch.distributed as dist
 
 from common.cli import Run
-from tracereader.analyses.collectives import bus_factor
-from tracereader.analyses.linkcurve import KINDS, LinkCurve
+from common.measuring import timing
+from tracereader import LINK_KINDS as KINDS
+from tracereader import LinkCurve, bus_factor
 
 DTYPE = torch.bfloat16  # what the lessons' collectives move (FSDP's reduce-scatter: fp32)
 HIGH = 1 << 30  # the largest message measured by default: 1 GiB, where NVLink saturates
@@ -52,14 +53,13 @@ def measure(
     progress: Callable[[str], None] | None = None,
 ) -> LinkCurve:
     """Every rank calls this with the same arguments (the collectives must pair up)."""
-    from common.measuring import bench_ranks  # which measures the link with this: no cycle
 
     points: dict[str, list[tuple[int, float]]] = {}
     for kind in kinds:
         for nbytes in sizes(low, high):
             fn = _call(kind, nbytes, world, run.device)
             fn()  # NCCL sets up its channels on a size's first call
-            timed = bench_ranks.time_fixed(fn, run, calls=calls, repeats=repeats)
+            timed = timing.time_fixed(fn, run, calls=calls, repeats=repeats)
             best = torch.tensor([timed.best_s or timed.median_s], dtype=torch.float64)
             if run.on_gpu:
                 best = best.to(run.device)

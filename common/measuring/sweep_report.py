@@ -16,7 +16,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from common.outputs import publishing
-from tracereader.units import cell
+from tracereader import cell
 
 
 class RowWriter:

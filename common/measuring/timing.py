@@ -278,3 +278,18 @@ def time_gpu_profiled(fn: Callable[[], object], *, calls: int = 20) -> Timing:
         for i in range(0, len(work), per_call)
     ]
     return summarize(samples, f"GPU time of {calls} profiled calls")
+
+
+# Calls per timing of a rank's step, and repeats of that on a GPU: the same on every rank.
+CALLS, GPU_REPEATS = 20, 7
+
+
+def time_fixed(
+    fn: Callable[[], object], run, *, calls: int = CALLS, repeats: int = GPU_REPEATS
+) -> Timing:
+    """A fixed number of calls, the same on every rank of a run (`run`: common.cli.Run): on a
+    GPU `calls` queued between two CUDA events, `repeats` times; on a CPU `calls` calls on the
+    host clock."""
+    if run.on_gpu:
+        return time_gpu_queued(fn, calls=calls, repeats=repeats)
+    return time_cpu(fn, warmup_s=0.0, budget_s=0.0, min_runs=calls, max_runs=calls)

@@ -228,6 +228,8 @@ def store_through(box, value, desc, row, col):
     tma_store(desc, [row, col], box)
 
 
+# long: one warp-specialized partition, read top to bottom as the kernel runs it (wait, wgmma,
+# release, epilogue); the PTX of this shape is what tests/test_gluon_geglu.py checks
 @gluon.jit
 def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.constexpr,
              WARPS: gl.constexpr, TAIL_N: gl.constexpr, SPLIT: gl.constexpr):  # fmt: skip

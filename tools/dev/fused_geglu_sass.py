@@ -34,7 +34,7 @@ from modules import triton_support
 from modules.geglu import fused as fused_geglu
 from modules.geglu import hopper, hopper_epi
 from modules.geglu import shared as geglu_shared
-from tracereader.commandline import one_line
+from tracereader import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 

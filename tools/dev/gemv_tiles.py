@@ -72,6 +72,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from tracereader.commands.shared import run_cli  # Ctrl-C, a closed stdout: one line
+    from tracereader import run_cli  # Ctrl-C, a closed stdout: one line
 
     sys.exit(run_cli(main))

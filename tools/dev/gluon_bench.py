@@ -147,7 +147,7 @@ def refusal(args) -> str | None:
 def run(main) -> int:
     """main under run_cli (Ctrl-C, a closed stdout: one line each); a shape that does not fit
     the GPU's memory also one line, exit 2."""
-    from tracereader.commands.shared import run_cli
+    from tracereader import run_cli
 
     def guarded() -> int:
         try:

@@ -48,7 +48,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracereader.commandline import Parser
+from tracereader import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
 HTA_SPEC = "holistictraceanalysis==0.5.0"

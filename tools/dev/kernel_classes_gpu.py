@@ -25,8 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tracereader.names.kernel_classes import CUDA_CORES, TENSOR_CORES, TF32
-from tracereader.names.kernel_names import classify
+from tracereader import CUDA_CORES, TENSOR_CORES, TF32, classify
 
 
 @dataclass

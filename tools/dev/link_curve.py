@@ -21,8 +21,7 @@ import torch
 
 from common import cli, torchrun
 from common.measuring import link
-from tracereader import caches
-from tracereader.analyses import linkcurve
+from tracereader import LINK_KINDS, LinkCurve, link_curve_key, store_link_curve
 
 SCRIPT = "-m tools.dev.link_curve"
 
@@ -36,14 +35,14 @@ def parse(argv):
     parser.add_argument("out", type=Path, help="folder for the CSV and the PNG (rank 0 writes)")
     parser.add_argument("--min-mib", type=mib, default=1.0, help="smallest size (default: 1)")
     parser.add_argument("--max-mib", type=mib, default=1024.0, help="largest size (default: 1024)")
-    parser.add_argument("--kinds", default=",".join(linkcurve.KINDS),
-                        help="comma-separated, of: " + ", ".join(linkcurve.KINDS))  # fmt: skip
+    parser.add_argument("--kinds", default=",".join(LINK_KINDS),
+                        help="comma-separated, of: " + ", ".join(LINK_KINDS))  # fmt: skip
     parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                         help="cpu: gloo ranks (a smoke test: loopback is no link)")  # fmt: skip
     torchrun.add_flags(parser)
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
-    if bad := [k for k in kinds if k not in linkcurve.KINDS]:
+    if bad := [k for k in kinds if k not in LINK_KINDS]:
         raise cli.UsageError(f"unknown collective kind: {', '.join(bad)}")
     if args.min_mib > args.max_mib:
         raise cli.UsageError(f"--min-mib {args.min_mib:g} is above --max-mib {args.max_mib:g}")
@@ -51,7 +50,7 @@ def parse(argv):
     return args
 
 
-def plot(curve: linkcurve.LinkCurve, png: Path) -> None:
+def plot(curve: LinkCurve, png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,8 +95,8 @@ def main(argv=None) -> int:
     tmp.write_text(curve.to_csv())
     tmp.replace(csv_path)
     plot(curve, csv_path.with_suffix(".png"))
-    key = caches.link_curve_key(curve.device, curve.backend, curve.world)
-    caches.store_link_curve(key, curve.to_csv())
+    key = link_curve_key(curve.device, curve.backend, curve.world)
+    store_link_curve(key, curve.to_csv())
     print(f"curve: {csv_path} and {csv_path.with_suffix('.png')}; cached for the lessons")
     return 0
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = op_names()
     if args.check:
-        from tracereader.names.op_names import NAMES
+        from tracereader import OP_NAMES as NAMES
 
         written = set(NAMES.split())
         missing, extra = sorted(names - written), sorted(written - names)

@@ -35,8 +35,7 @@ import re
 import sys
 from pathlib import Path
 
-from tracereader.analyses.linkcurve import LinkCurve
-from tracereader.commandline import Parser, UsageError
+from tracereader import LinkCurve, Parser, UsageError
 
 TRAIN_LINE = re.compile(r"^train-scaling: (.*)$", re.MULTILINE)
 SHAPE = re.compile(r"b(\d+)_s(\d+)_d(\d+)_h(\d+)_n(\d+)_l(\d+)")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from common.torchrun import FAULT_ENV
-from tracereader.commandline import Parser, positive_int
+from tracereader import Parser, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 

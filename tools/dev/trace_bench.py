@@ -26,7 +26,7 @@ are kept, so the reader sees what it would see in a long real run.
 and the tool prints its wall time and peak resident memory (ru_maxrss of that child, from
 os.wait4), with the peak as a multiple of the file's size. --read-back instead times, in a
 child, the three stages a lesson runs on its own trace after profiling (profiling.look):
-trace_reader.load, expectations.check against the lesson's declared EXPECT, findings.read.
+load, check against the lesson's declared EXPECT, read_findings.
 
 --hta also times Holistic Trace Analysis on the same trace, in its own environment (a child
 `uv run --no-project --with holistictraceanalysis==0.5.0 python -m tools.dev._hta_side`; the peak
@@ -55,7 +55,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tracereader.commandline import Parser
+from tracereader import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = ROOT / "tests/fixtures/h200/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json.gz"
@@ -207,14 +207,14 @@ def _child(argv: list[str], cwd: Path) -> tuple[float, float, int, bytes]:
 
 READ_BACK = """
 import json, runpy, sys, time
-from tracereader.judge import expectations
-from tracereader.judge import findings
-from tracereader.trace import load as trace_reader
+
+
+
 lesson = runpy.run_path({script!r}, run_name="lesson")  # its globals: EXPECT
 t = [time.perf_counter()]
-trace = trace_reader.load({trace!r}); t.append(time.perf_counter())
-verdict = expectations.check(trace, lesson["EXPECT"][{mode!r}]); t.append(time.perf_counter())
-found = findings.read(trace); t.append(time.perf_counter())
+trace = load({trace!r}); t.append(time.perf_counter())
+verdict = check(trace, lesson["EXPECT"][{mode!r}]); t.append(time.perf_counter())
+found = read_findings(trace); t.append(time.perf_counter())
 print(json.dumps({{"load": t[1] - t[0], "check": t[2] - t[1], "findings": t[3] - t[2],
     "steps": len(trace.steps), "ok": verdict.ok}}), file=sys.stderr)
 """
@@ -317,6 +317,7 @@ def megabytes(text: str) -> float:
     return mb
 
 
+# long: the parser's flags, then one timing per reader and its report
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="python -m tools.dev.trace_bench", description=__doc__)
     parser.add_argument(
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         "--read-back",
         type=Path,
         metavar="TRACE",
-        help="time load, expectations.check and findings.read on a lesson's own trace",
+        help="time load, check and read_findings on a lesson's own trace",
     )
     parser.add_argument("--script", default="02_linear", help="--read-back: whose EXPECT")
     parser.add_argument("--mode", default="eager", help="--read-back: eager or compile")

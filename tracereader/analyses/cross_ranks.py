@@ -17,6 +17,8 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+# long: one pass over the ranks' steps that every cross-rank figure shares; split, each
+# part would walk the same aligned steps again
 def analyse(stem: Path, readings: list[RankReading], link: LinkCurve | None = None) -> dict:
     """The ranks of one run side by side; `link` is the link's measured curve (bus bandwidth
     against size, per kind: analyses.linkcurve), None where unknown."""

@@ -33,6 +33,7 @@ def _max_ops(text: str) -> int | None:
     return non_negative_int(text) or None  # 0: no cap
 
 
+# long: the parser's flags, one declaration each, then the dispatch to the readings
 def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(prog="explain", description=__doc__)
     parser.add_argument("trace", help="a trace written by one of the scripts (.json or .json.gz)")

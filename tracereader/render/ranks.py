@@ -7,6 +7,7 @@ from tracereader.render.lines import fit
 from tracereader.units import bytes_text, cell
 
 
+# long: the rank table's lines in the order they print, formatting only
 def text(result: dict) -> str:
     on_gpu = result["device"] is not None
     where = result["device"] or "CPU only"

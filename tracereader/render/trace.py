@@ -63,6 +63,7 @@ def _header(trace: Trace) -> str:
     return f"trace: {trace.path} ({device}{rank}; {unit})"
 
 
+# long: the summary's lines in the order they print, formatting only
 def summary_lines(reading: Reading) -> list[str]:
     trace, data = reading.trace, reading.summary
     unit = "step" if trace.unit == "step" else "window"
