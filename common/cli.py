@@ -6,14 +6,10 @@ Bad input must cost the user one clear line on stderr and exit code 2, never a t
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
 import logging
 import math
 import os
 import shlex
-import signal
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +26,10 @@ from tracereader import (  # noqa: F401 - re-exported: the lessons use cli.*
     non_negative_int,
     one_line,
     positive_int,
+    run,
     size_up_to,
 )
+from tracereader import failure as commandline_failure
 
 # Upper bounds on the schedule: each recorded step adds events to the trace (a few KB to MB),
 # and the trace must still open in Perfetto and read back in seconds.
@@ -414,99 +412,28 @@ def command_hint(command: str, *words: str | Path) -> str:
     return shlex.join(parts)
 
 
-def failure(err: BaseException) -> tuple[int, str] | None:
-    """The exit code and one line for an error the user can act on; None for a bug."""
-    if isinstance(err, UsageError):
-        return 2, str(err)
+def known(err: BaseException) -> tuple[int, str] | None:
+    """A lesson's own errors that the user can act on, in one line: the device's memory, a
+    result that does not match its float32 reference; None for the rest."""
     if isinstance(err, torch.OutOfMemoryError):
         return 2, "out of device memory at these sizes: choose smaller sizes"
     if isinstance(err, MismatchError):
         return 1, f"the output does not match the float32 reference: {err}"
-    # Ctrl-C, also when it landed inside a library's cleanup (the profiler's __exit__ can
-    # raise its own error while the interrupt unwinds): still an interruption, not a crash.
-    if isinstance(err, BrokenPipeError):
-        return 2, "the output's reader went away (a pipe such as `| head`): the rest is dropped"
-    if isinstance(err, OSError) and err.errno in _WRITE_FAILURES:
-        where = f" ({err.filename})" if err.filename else " (the output)"
-        return 2, f"cannot write{where}: {err.strerror or err}"
-    stop = _caused_by_interrupt(err)
-    if isinstance(stop, Stopped):
-        return 130, f"stopped by {stop} (handled as Ctrl-C)"
-    if stop:
-        return 130, "interrupted (Ctrl-C)"
     return None
+
+
+def failure(err: BaseException) -> tuple[int, str | None] | None:
+    """The exit code and one line for an error the user can act on; None for a bug."""
+    return known(err) or commandline_failure(err)
 
 
 def run_main(
     main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
 ) -> int:
-    """Call a script's main; turn bad input into one stderr line and exit code 2. SIGTERM and
-    SIGHUP (`kill`, a closed terminal) stop the run as Ctrl-C does: what it was writing is
-    removed on the way out."""
-    before = _stop_on_signals()
-    try:
-        code = main(argv) or 0
-        sys.stdout.flush()  # a full disk or a closed pipe behind stdout: said here, not at exit
-        return code
-    except (Exception, KeyboardInterrupt) as err:
-        # Partial outputs are cleaned up by the context managers the error unwound.
-        said = failure(err)
-        if said is None:
-            raise
-        if isinstance(err, OSError):
-            _drop_stdout()
-        with contextlib.suppress(OSError):
-            print(f"error: {said[1]}", file=sys.stderr)
-        return said[0]
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
-
-
-# A write the machine refused: a full disk, a quota, a read-only file system, /dev/full.
-_WRITE_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
-
-
-def _drop_stdout() -> None:
-    """stdout failed (or may have): what is still buffered goes to /dev/null, so that Python's
-    own flush at exit does not fail again with its own message."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the run is, so that it unwinds as Ctrl-C does."""
-
-
-def _stop_on_signals() -> dict:
-    """Handlers for SIGTERM and SIGHUP that raise Stopped; the ones replaced, to put back
-    (none off the main thread, where Python allows no handler)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def stop(signum, frame):
-        raise Stopped(signal.Signals(signum).name)
-
-    before = {}
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
-            before[sig] = signal.signal(sig, stop)
-    return before
-
-
-def _caused_by_interrupt(err: BaseException) -> KeyboardInterrupt | None:
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt):
-            return err
-        seen.add(id(err))
-        err = err.__context__ or err.__cause__
-    return None
+    """Call a script's main through the one runner (tracereader.commandline.run): bad input is
+    one stderr line and exit code 2, Ctrl-C, SIGTERM and SIGHUP 130; partial outputs are
+    cleaned up by the context managers the error unwound."""
+    return run(lambda: main(argv), known=known)
 
 
 class _Refused(argparse._StoreTrueAction):

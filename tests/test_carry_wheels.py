@@ -50,7 +50,8 @@ def packed(tmp_path):
 
 def run(*argv) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "carry_wheels.py"), *map(str, argv)],
+        [sys.executable, "-m", "tools.carry_wheels", *map(str, argv)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -96,3 +96,11 @@ def test_a_long_function_needs_its_reason(tmp_path):
     faults = house.faults(plant(tmp_path, tree))
     assert [f.split(":")[0] for f in faults] == ["common/a.py", "common/d.py"]
     assert "f is 81 lines (> 80)" in faults[0]
+
+
+def test_every_name_the_door_hands_out_resolves():
+    """common/ and the tools import the reader's names from `tracereader` alone: each must load."""
+    import tracereader
+
+    for name in tracereader._DOOR:
+        assert getattr(tracereader, name) is not None, name

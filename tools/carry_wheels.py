@@ -40,6 +40,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from tracereader import Parser, UsageError, run
+
 ROOT = Path(__file__).resolve().parent.parent
 # What ran on an H100 with torch 2.11.0+cu130 (see README, "Hopper's own kernels"). cu13 only:
 # the GPU machines run CUDA 13; a CUDA 12 user installs the -libs-cu12 wheel instead.
@@ -76,7 +78,7 @@ STORE_MARK = ".carry_wheels_store"  # written into a --store this tool made; not
 INSTALLED = ".carry_wheels_installed"  # in each target install filled: the only ones it replaces
 
 
-class Refusal(Exception):
+class Refusal(UsageError):
     """One line on stderr, exit 2."""
 
 
@@ -434,13 +436,6 @@ def install(folder: Path, store: Path, target: Path, pip: list[str]) -> None:
         print(f"install: for {SIDE_WHEELS[group]} first: PYTHONPATH={side}:{python_path(target)}")
 
 
-class Parser(argparse.ArgumentParser):
-    """A usage mistake is one line and exit 2, as every refusal of this tool."""
-
-    def error(self, message: str):
-        self.exit(2, f"carry_wheels.py: error: {' '.join(message.split())}\n")
-
-
 def parse(argv):
     parser = Parser(
         prog="carry_wheels.py",
@@ -465,30 +460,33 @@ def parse(argv):
 
 
 def main(argv=None) -> int:
+    """Through the one runner (tracereader.commandline.run): a refusal, a file system that
+    refuses a write (a full disk, a read-only store, a folder where a file should be) and
+    Ctrl-C are one line each."""
     args = parse(argv)
-    try:
-        if args.command == "pack":
-            if args.wheels:
-                pack(args.wheels, args.out, args.part_mib)
-            else:
-                with tempfile.TemporaryDirectory() as tmp:
-                    download(Path(tmp))
-                    pack(Path(tmp), args.out, args.part_mib)
-        elif args.command == "gather":
-            gather(args.part, args.store)
-        else:
-            pip = args.pip.split() if args.pip else pip_command()
-            install(args.part, args.store, args.target, pip)
-    except Refusal as err:
-        print(f"carry_wheels.py: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("carry_wheels.py: error: interrupted (Ctrl-C)", file=sys.stderr)
-        return 130
-    except OSError as err:  # a full disk, a read-only store, a folder where a file should be
+    return run(lambda: carry(args), known=_file_system)
+
+
+def _file_system(err: BaseException) -> tuple[int, str] | None:
+    if isinstance(err, OSError) and not isinstance(err, BrokenPipeError):
         where = f" ({err.filename})" if err.filename else ""
-        print(f"carry_wheels.py: error: {err.strerror or err}{where}", file=sys.stderr)
-        return 2
+        return 2, f"{err.strerror or err}{where}"
+    return None
+
+
+def carry(args) -> int:
+    if args.command == "pack":
+        if args.wheels:
+            pack(args.wheels, args.out, args.part_mib)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                download(Path(tmp))
+                pack(Path(tmp), args.out, args.part_mib)
+    elif args.command == "gather":
+        gather(args.part, args.store)
+    else:
+        pip = args.pip.split() if args.pip else pip_command()
+        install(args.part, args.store, args.target, pip)
     return 0
 
 

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracereader import Parser, read_run, runs_at, size_up_to
+from tracereader import Parser, Stopped, interrupted, read_run, run, runs_at, size_up_to
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,12 +196,16 @@ def hidden(shape: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return scale(argv)
-    except KeyboardInterrupt:  # the running launch was stopped in run_one
-        print("tp_scaling.py: error: interrupted (Ctrl-C); the running launch was stopped",
-              file=sys.stderr)  # fmt: skip
-        return 130
+    return run(lambda: scale(argv), known=_launch_stopped)
+
+
+def _launch_stopped(err: BaseException) -> tuple[int, str] | None:
+    """Ctrl-C (SIGTERM, SIGHUP) reached run_one, which stopped the running launch first."""
+    stop = interrupted(err)
+    if stop is None:
+        return None
+    how = f"stopped by {stop}" if isinstance(stop, Stopped) else "interrupted (Ctrl-C)"
+    return 130, f"{how}; the running launch was stopped"
 
 
 # long: the parser's flags, then the launch per rank count and its table

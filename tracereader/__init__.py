@@ -64,6 +64,10 @@ _DOOR = {
     "positive_int": ("tracereader.commandline", "positive_int"),
     "size_up_to": ("tracereader.commandline", "size_up_to"),
     "run_cli": ("tracereader.commands.shared", "run_cli"),
+    "run": ("tracereader.commandline", "run"),
+    "failure": ("tracereader.commandline", "failure"),
+    "interrupted": ("tracereader.commandline", "interrupted"),
+    "Stopped": ("tracereader.commandline", "Stopped"),
     "ELEMENT_TYPES": ("tracereader.trace.model", "ELEMENT_TYPES"),
     "Trace": ("tracereader.trace.model", "Trace"),
     "runs_at": ("tracereader.trace.runs", "runs_at"),
@@ -86,6 +90,11 @@ _DOOR = {
     "SdpaRow": ("tracereader.analyses.sdpa", "Row"),
     "sdpa_comparison": ("tracereader.render.sdpa", "comparison"),
     "read_findings": ("tracereader.judge.findings", "read"),
+    "cache_path": ("tracereader.caches", "path"),
+    "load_cache": ("tracereader.caches", "load"),
+    "save_cache": ("tracereader.caches", "save"),
+    "link_curve_key": ("tracereader.caches", "link_curve_key"),
+    "store_link_curve": ("tracereader.caches", "store_link_curve"),
 }
 
 

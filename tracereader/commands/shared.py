@@ -1,6 +1,6 @@
 """What both commands do alike: a file they cannot use is one line and exit code 2, a closed
 pipe is no traceback, an output that cannot be written (a full disk, /dev/full) is one line
-and exit code 2, Ctrl-C one line and exit code 130."""
+and exit code 2, Ctrl-C one line and exit code 130 (the one runner's, commandline.run)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from tracereader.commandline import run
 from tracereader.trace.load import Trace, TraceError, load
 
 
@@ -44,28 +45,16 @@ def stdout_closed() -> int:
 
 
 def run_cli(main: Callable[[], int]) -> int:
-    """A console command's exit code: main's, or 130 for Ctrl-C and 2 for an output that cannot
-    be written, each with one line on stderr instead of a traceback. stdout is flushed here,
-    while an error can still be said: at exit Python would print its own message."""
-    try:
-        code = main()
-        sys.stdout.flush()
-        return code
-    except KeyboardInterrupt:
-        _say("interrupted (Ctrl-C)")
-        return 130
-    except BrokenPipeError:
-        return stdout_closed()
-    except OSError as err:
-        if err.filename is not None:
-            raise  # a file the command reads: its own code says those in one line
-        _say(f"cannot write the output: {err.strerror or err}")
+    """A console command's exit code through the one runner (tracereader.commandline.run): a
+    closed pipe (`explain BIG | head`) ends quietly with 1, an output that cannot be written is
+    one line and 2, Ctrl-C (SIGTERM, SIGHUP) one line and 130."""
+    return run(main, known=_reader_known)
+
+
+def _reader_known(err: BaseException) -> tuple[int, str | None] | None:
+    if isinstance(err, BrokenPipeError):
+        return stdout_closed(), None
+    if isinstance(err, OSError) and err.filename is None and not isinstance(err, KeyboardInterrupt):
         stdout_closed()  # what is still buffered would fail again at exit
-        return 2
-
-
-def _say(message: str) -> None:
-    try:
-        print(f"error: {message}", file=sys.stderr, flush=True)
-    except OSError:
-        pass  # stderr is gone too: the exit code says it
+        return 2, f"cannot write the output: {err.strerror or err}"
+    return None
