@@ -37,8 +37,8 @@ EVENTS_PER_STEP = 8
 ANNOTATION = "matmul_add"
 # With the post's schedule (wait=1, warmup=1, active=3) the cold call runs in the untraced wait
 # step, so the first recorded step is already warm: on an H100 the cold and warm traces' first
-# steps were equally wide (docs/observations.md). A cold run therefore records from the first
-# call on; a warm run, whose start-up already happened in warm_up, keeps the post's schedule.
+# steps were equally wide (docs/lessons/01_matmul_add.md), so a cold run records from the
+# first call on; a warm run, whose start-up happened in warm_up, keeps the post's schedule.
 COLD_SCHEDULE = (0, 0, 3)
 WARM_SCHEDULE = outputs.DEFAULT_SCHEDULE
 
@@ -103,18 +103,9 @@ def main(argv=None) -> int:
     elt = cli.element_size(run)
     # x, w, b and two outputs alive at once; the float32 reference: copies of x, w, b, result.
     cli.ensure_fits(5 * n * n * elt + 4 * n * n * 4, run, trace=cli.profiled(args, EVENTS_PER_STEP))
-    out = outputs.prepare(
-        args.traces_dir,
-        SCRIPT,
-        outputs.run_tag(
-            str(n),
-            args,
-            run,
-            extra="warm" if args.warmup else "cold",
-            default_schedule=WARM_SCHEDULE if args.warmup else COLD_SCHEDULE,
-        ),
-        gzip=args.gzip,
-    )
+    warm, default = ("warm", WARM_SCHEDULE) if args.warmup else ("cold", COLD_SCHEDULE)
+    tag = outputs.run_tag(str(n), args, run, extra=warm, default_schedule=default)
+    out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
 
     x = torch.randn(n, n, device=run.device, dtype=run.dtype)
     w = torch.randn(n, n, device=run.device, dtype=run.dtype) / n**0.5

@@ -142,12 +142,7 @@ def parse(argv):
 
 def main(argv=None) -> int:
     args = parse(argv)
-    cli.require_gpu(
-        f"{SCRIPT}.py",
-        args,
-        "FlashAttention's kernels are CUDA code with no CPU build "
-        "(04_c_sdpa_attention.py --backend flash runs on a CPU)",
-    )
+    kernel_source.require_flash_gpu(f"{SCRIPT}.py", args)  # no CPU build: one line
     run = cli.resolve(args)
     kernel_source.refuse_flash(args.variant, run)  # fp32, and FA3 off Hopper: one line each
     cli.ensure_fits(
@@ -158,12 +153,9 @@ def main(argv=None) -> int:
     flash_attn_func, source = load_flash_attn_func(args.variant)
     # fa4 where FlashAttention-4 answered (its function lives in flash_attn.cute), else the Hub's
     which = "fa4" if flash_attn_func.__module__.startswith("flash_attn.cute") else args.variant
-    out = outputs.prepare(  # named after the kernel that answered: an FA4 trace is not FA2's
-        args.traces_dir,
-        SCRIPT,
-        f"{outputs.run_tag(shapes.attention_tag(args), args, run)}_{which}",
-        gzip=args.gzip,
-    )
+    # named after the kernel that answered: an FA4 trace is not FA2's
+    tag = f"{outputs.run_tag(shapes.attention_tag(args), args, run)}_{which}"
+    out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
     pinned = "" if which == "fa4" else f" (version {VARIANTS[args.variant][1]})"
     print(f"flash_attn_func: {source}{pinned}")
     # [batch, seq, heads, head_dim]: seq and heads swapped against SDPA's layout.

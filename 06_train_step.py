@@ -60,14 +60,6 @@ from tracereader import Expect
 SCRIPT = "06_train_step"
 
 
-def events_per_step(layers: int) -> int:
-    """Profiler events a recorded training step adds (cli.ensure_fits bounds --active with
-    it). Measured on the CPU at the tiny shape with the default foreach AdamW: 1,302 events
-    a step at 1 layer, 4,113 at 4 (~940 a layer: forward, backward and the optimizer's ops,
-    with autograd's), 365 besides; rounded up, as forloop AdamW adds ops per tensor."""
-    return 500 + 1_200 * layers
-
-
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
 PHASES = ("forward", "backward", "optimizer")
 LR = 1e-3  # AdamW's default
@@ -208,15 +200,26 @@ def parse(argv):
         "phase (forward, backward, optimizer) with a clock between them",
     )
     training.add_model_flags(parser)
-    parser.add_argument("--optimizer", choices=list(OPTIMIZERS), default="foreach",
-                        help="AdamW's implementation (default: foreach, torch's)")  # fmt: skip
-    parser.add_argument("--precision", choices=list(PRECISIONS), default="autocast",
-                        help="autocast: bf16 autocast over fp32 weights; bf16: weights and "
-                        "everything bf16; fp32 (default: autocast)")  # fmt: skip
-    parser.add_argument("--memory", action="store_true",
-                        help="profile one more step with its memory events: a PNG of memory by "
-                        "category over the step, the peak per phase, the categories against the "
-                        "arithmetic; on a GPU also the allocator's history (.pickle)")  # fmt: skip
+    parser.add_argument(
+        "--optimizer",
+        choices=list(OPTIMIZERS),
+        default="foreach",
+        help="AdamW's implementation (default: foreach, torch's)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="autocast",
+        help="autocast: bf16 autocast over fp32 weights; bf16: weights and "
+        "everything bf16; fp32 (default: autocast)",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="profile one more step with its memory events: a PNG of memory by "
+        "category over the step, the peak per phase, the categories against the "
+        "arithmetic; on a GPU also the allocator's history (.pickle)",
+    )
     parser.set_defaults(dtype=None)  # --precision says it
     args = parser.parse_args(argv)
     if args.dtype is not None:
@@ -227,24 +230,11 @@ def parse(argv):
     return args
 
 
-def bytes_needed(args, run: cli.Run) -> int:
-    """Parameters, gradients and AdamW's two states in the weights' dtype, the float32
-    reference's four, and the activations the backward keeps (per layer about 7 [tokens, dim]
-    and 4 [tokens, hidden] tensors, the logits), twice over for the reference."""
-    t, d, h, v = args.batch * args.seq, args.dim, args.hidden, args.vocab
-    params = v * d * 2 + args.layers * (4 * d * d + 3 * d * h)
-    weights = PRECISIONS[args.precision].itemsize
-    acts = (args.layers * (7 * t * d + 4 * t * h) + 3 * t * v) * 4
-    return params * (4 * weights + 16) + 2 * acts
-
-
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
     run = cli.Run(run.device, run.dtype, args.precision)
-    cli.ensure_fits(
-        bytes_needed(args, run), run, trace=cli.profiled(args, events_per_step(args.layers))
-    )
+    training.ensure_fits(args, run, weight_bytes=PRECISIONS[args.precision].itemsize)
     tag = outputs.run_tag(
         f"b{args.batch}_s{args.seq}_d{args.dim}_h{args.hidden}_n{args.heads}_l{args.layers}",
         args,
@@ -322,8 +312,10 @@ def main(argv=None) -> int:
     if args.bench:
         measured = timing.time_fn(step, on_gpu=run.on_gpu)
         flops, _ = traffic.total(traffic_model(args, cli.element_size(run)))
-        print(f"bench (profiler detached): one step {measured.us()}, "
-              f"{flops / measured.median_s / 1e12:.3g} TFLOP/s in its GEMMs")  # fmt: skip
+        print(
+            f"bench (profiler detached): one step {measured.us()}, "
+            f"{flops / measured.median_s / 1e12:.3g} TFLOP/s in its GEMMs"
+        )
         # steps back to back, a clock between phases: the forward waits on the host's launches
         by_phase = timing.time_phases(step, on_gpu=run.on_gpu)
         total = sum(took.median_s for took in by_phase.values())

@@ -57,7 +57,6 @@ reverse of the parameters' order). Guess first, per rank and recorded step:
     uv run torchrun --nproc-per-node 2 07_fsdp_train.py --device cpu --ddp --bucket-cap-mb 0.25
 """
 
-import argparse
 import copy
 import sys
 from collections import Counter
@@ -70,7 +69,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import profile, record_function, schedule
 
 import tracereader
-from common import cli, outputs, profiling, torchrun, training
+from common import cli, fsdp, profiling, torchrun, training
 from common.measuring import timing
 from common.training import reference_step
 from modules.models import TinyLM
@@ -79,17 +78,9 @@ from tracereader import Expect, bytes_text
 SCRIPT = "07_fsdp_train"
 
 
-def events_per_step(layers: int) -> int:
-    """Profiler events a recorded step adds on one rank (cli.ensure_fits bounds --active with
-    it): 06's measured ~940 a layer (the same TinyLM step), rounded up with FSDP's all-gathers,
-    reduce-scatters and their copies per layer."""
-    return 1_000 + 2_000 * layers
-
-
 ANNOTATION = "forward"  # then "backward" and "optimizer": PHASES
 PHASES = (ANNOTATION, "backward", "optimizer")
 LR = 1e-3  # AdamW's default
-BOOL = argparse.BooleanOptionalAction  # --flag / --no-flag
 BENCH_STEPS = 5  # --bench: the same count on every rank, or the collectives would not pair up
 DDP_CAP_MB = 25  # DDP's default bucket, in MiB
 FIRST_BUCKET_MB = 1  # DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES): started sooner
@@ -157,8 +148,11 @@ def ddp_expectation(buckets: int, *, world: int) -> tuple[Expect, dict[str, Coun
     """DDP: one all-reduce per bucket in the backward, none elsewhere; none at one rank."""
     issue = "c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "FSDP::*"
     reduces = buckets if world > 1 else 0
-    per_phase = {"forward": Counter(), "backward": Counter({"all-reduce": reduces}),
-                 "optimizer": Counter()}  # fmt: skip
+    per_phase = {
+        "forward": Counter(),
+        "backward": Counter({"all-reduce": reduces}),
+        "optimizer": Counter(),
+    }
     why = f"DDP: {reduces} bucketed all-reduce(s) of the gradients per step"
     every = Expect(gpu={"collective": reduces}, cpu_present=PHASES, cpu_absent=issue, why=why)
     return every, per_phase
@@ -171,8 +165,9 @@ def expectation(layers: int, *, reshard: bool, world: int) -> tuple[Expect, dict
     issue = ("FSDP::all_gather*", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_")
     if world == 1:
         why = "one rank: FSDP2 skips its collectives, the compute baseline"
-        none = Expect(gpu={"collective": 0}, cpu_present=(*PHASES, *fsdp), cpu_absent=issue,
-                      why=why)  # fmt: skip
+        none = Expect(
+            gpu={"collective": 0}, cpu_present=(*PHASES, *fsdp), cpu_absent=issue, why=why
+        )
         return none, {phase: Counter() for phase in PHASES}
     groups = layers + 1
     per_phase = {
@@ -180,9 +175,11 @@ def expectation(layers: int, *, reshard: bool, world: int) -> tuple[Expect, dict
         "backward": Counter({"all-gather": groups if reshard else 0, "reduce-scatter": groups}),
         "optimizer": Counter(),
     }
-    every = Expect(gpu={"collective": sum(sum(c.values()) for c in per_phase.values())},
-                   cpu_present=(*PHASES, *fsdp, *issue),
-                   why="all-gathers and reduce-scatters issued by FSDP's hooks")  # fmt: skip
+    every = Expect(
+        gpu={"collective": sum(sum(c.values()) for c in per_phase.values())},
+        cpu_present=(*PHASES, *fsdp, *issue),
+        why="all-gathers and reduce-scatters issued by FSDP's hooks",
+    )
     return every, per_phase
 
 
@@ -200,16 +197,20 @@ def check_rank(trace, expect: Expect, want: dict[str, Counter]) -> tuple[bool, s
             good = seen[phase][kind] == want[phase][kind]
             ok &= good
             expected, got = want[phase][kind], seen[phase][kind]
-            lines.append(f"  {'ok' if good else 'MISMATCH':9} {phase:9} {kind:15} "
-                         f"{expected:>3} per step   seen: {got}")  # fmt: skip
+            lines.append(
+                f"  {'ok' if good else 'MISMATCH':9} {phase:9} {kind:15} "
+                f"{expected:>3} per step   seen: {got}"
+            )
     if trace.on_gpu and trace.steps and any(sum(want[p].values()) for p in PHASES):
         step = trace.steps[-1]
         comm = {i.stream for i in step.gpu if i.klass.cls == "collective"}
         compute = {i.stream for i in step.gpu if i.klass.cls == "gemm"}
         apart = bool(comm) and not comm & compute  # none at all is no evidence
         ok &= apart
-        lines.append(f"  {'ok' if apart else 'MISMATCH':9} collectives on streams "
-                     f"{sorted(comm)}, GEMMs on {sorted(compute)}: apart")  # fmt: skip
+        lines.append(
+            f"  {'ok' if apart else 'MISMATCH':9} collectives on streams "
+            f"{sorted(comm)}, GEMMs on {sorted(compute)}: apart"
+        )
     return ok, "\n".join(lines)
 
 
@@ -220,81 +221,19 @@ def parse(argv):
         bench_help="after profiling, time whole training steps without the profiler, the "
         "same number on every rank (rank 0 reports), and what its collectives move per step",
     )
-    training.add_model_flags(parser, batch="sequences per batch, per rank",
-                             layers="transformer blocks, one FSDP group each")  # fmt: skip
-    parser.add_argument("--reshard-after-forward", action=BOOL, default=True,
-                        help="free the gathered weights after each forward and gather them "
-                        "again for the backward (default: on; off keeps them: more memory, "
-                        "fewer all-gathers)")  # fmt: skip
-    parser.add_argument("--prefetch", action=BOOL, default=False,
-                        help="explicit prefetching: each block gathers the next one's weights "
-                        "(forward) and the previous one's (backward) (default: off, FSDP2's "
-                        "implicit order)")  # fmt: skip
-    parser.add_argument("--ddp", action="store_true",
-                        help="DistributedDataParallel instead of FSDP2: the whole model on "
-                        "every rank, gradients all-reduced in buckets (docstring)")  # fmt: skip
-    parser.add_argument("--bucket-cap-mb", type=cli.size_up_to(2**20, "MiB"), default=None,
-                        help="with --ddp: DDP's bucket size in MiB (default: 25, DDP's own; the "
-                        "first bucket 1 MiB); the all-reduces per step follow from it")  # fmt: skip
-    torchrun.add_flags(parser)
-    args = parser.parse_args(argv)
-    if args.ddp and (args.prefetch or not args.reshard_after_forward):
-        raise cli.UsageError("--prefetch and --no-reshard-after-forward are FSDP's: DDP "
-                             "gathers nothing (every rank holds every weight)")  # fmt: skip
-    if args.bucket_cap_mb is not None and not args.ddp:
-        raise cli.UsageError("--bucket-cap-mb is DDP's: add --ddp (FSDP2 issues one "
-                             "collective per group, not per bucket)")  # fmt: skip
-    if args.dtype == "fp16":
-        raise cli.UsageError("07_fsdp_train.py takes --dtype bf16 or fp32 (its parameters' "
-                             "dtype in compute; fp16 would need a gradient scaler)")  # fmt: skip
-    if args.dim % args.heads:
-        raise cli.UsageError(f"--heads {args.heads} does not divide --dim {args.dim}")
-    return args
-
-
-def bytes_needed(args, world: int) -> int:
-    """In fp32: the whole model as built and its copy for the reference (rank 0), the reference
-    step's weights, gradients and AdamW's two states, this rank's shards of the same four;
-    activations (per layer about 7 [tokens, dim] and 4 [tokens, hidden] tensors, the logits)
-    for this rank's batch and for the reference's N batches.
-    Counted, not built: a model of 50,000 layers, even on the meta device, took minutes to
-    say that it does not fit."""
-    d, h = args.dim, args.hidden
-    # per block: two RMSNorm weights, q, k, v, o, and the MLP's gate, up, down; the root: the
-    # embedding, the head and the final norm (TinyLM in modules/models.py)
-    params = args.layers * (2 * d + 4 * d * d + 3 * d * h) + 2 * args.vocab * d + d
-    t = args.batch * args.seq
-    acts = (args.layers * (7 * t * args.dim + 4 * t * args.hidden) + 3 * t * args.vocab) * 4
-    shards = 1 if args.ddp else world  # DDP: every rank holds all of it
-    # whole integers: a size past the float range is still refused in one line
-    return params * 4 * (2 + 4) + params * 16 // shards + acts * (world + 1)
+    fsdp.add_flags(parser)  # the model's (per rank), --reshard-after-forward, --prefetch, --ddp
+    return fsdp.refuse(parser.parse_args(argv))
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     launch = torchrun.launched(f"{SCRIPT}.py", argv)  # rank and world size, from torchrun
-    for flag in ("dim", "hidden", "vocab"):  # uneven rows are padded: the gathers move padding
-        if not args.ddp and getattr(args, flag) % launch.world:
-            raise cli.UsageError(
-                f"--{flag} {getattr(args, flag)} does not shard over {launch.world} ranks: FSDP2 "
-                f"cuts every weight by rows (dim 0); choose a multiple of {launch.world}"
-            )
+    fsdp.refuse_uneven(args, launch.world)  # uneven rows are padded: the gathers move padding
     run = torchrun.resolve(args, launch)  # this rank's GPU (LOCAL_RANK), or the CPU
-    shape = f"b{args.batch}_s{args.seq}_d{args.dim}_h{args.hidden}_n{args.heads}_l{args.layers}"
-    if args.ddp:
-        cap = "" if args.bucket_cap_mb is None else f"_bucket{args.bucket_cap_mb:g}mb"
-        extra = f"ddp{launch.world}{cap}"
-    else:
-        flags = "" if args.reshard_after_forward else "_keep"
-        extra = f"fsdp{launch.world}{flags}" + ("_prefetch" if args.prefetch else "")
-    tag = outputs.run_tag(shape, args, run, extra=extra)
+    tag = fsdp.run_tag(args, run, launch.world)
     out = torchrun.prepare(args.traces_dir, SCRIPT, tag, launch, gzip=args.gzip)
     group = torchrun.init_process_group(run, launch, timeout_s=args.timeout)
-    cli.ensure_fits(
-        bytes_needed(args, launch.world),
-        run,
-        trace=cli.profiled(args, events_per_step(args.layers)),
-    )
+    fsdp.ensure_fits(args, run, launch.world)
 
     # Every rank builds the whole model from the same seed (the same weights everywhere), and
     # draws every rank's batch, keeping its own: the reference trains on all of them at once.
@@ -313,8 +252,13 @@ def main(argv=None) -> int:
         model, amp = replicate(model, run, bucket_cap_mb=args.bucket_cap_mb), param_dtype
     else:
         mesh = init_device_mesh(run.device.type, (launch.world,))
-        shard(model, mesh, param_dtype=param_dtype, reshard=args.reshard_after_forward,
-              prefetch=args.prefetch)  # fmt: skip
+        shard(
+            model,
+            mesh,
+            param_dtype=param_dtype,
+            reshard=args.reshard_after_forward,
+            prefetch=args.prefetch,
+        )
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)  # over this rank's shards
 
     def step():
@@ -330,8 +274,15 @@ def main(argv=None) -> int:
         before = {n: p.detach() for n, p in fp32_model.named_parameters()}
         ref_loss, ref_after = reference_step(fp32_model, data[0], data[1], lr=LR)
         precision = "fp32" if param_dtype is None else ("autocast" if args.ddp else "fsdp-bf16")
-        training.against_reference_step(float(loss) / launch.world, ref_loss, before, after,
-                                        ref_after, lr=LR, precision=precision)  # fmt: skip
+        training.against_reference_step(
+            float(loss) / launch.world,
+            ref_loss,
+            before,
+            after,
+            ref_after,
+            lr=LR,
+            precision=precision,
+        )
         del before, ref_after
     del fp32_model, after
     profiling.warm_up(step, run, calls=2)
@@ -371,8 +322,10 @@ def main(argv=None) -> int:
         reshard = args.reshard_after_forward
         expect, want = expectation(args.layers, reshard=reshard, world=group.world)
     if group.world == 1 and not args.ddp:
-        print("one rank: FSDP2 skips its all-gathers and reduce-scatters (nothing to gather or "
-              "reduce); this run is the compute baseline for N > 1")  # fmt: skip
+        print(
+            "one rank: FSDP2 skips its all-gathers and reduce-scatters (nothing to gather or "
+            "reduce); this run is the compute baseline for N > 1"
+        )
     seen = profiling.look(out, expect)
     as_expected = seen.as_expected
     for phase, steps in tracereader.phase_steps(seen.trace, PHASES).items():
@@ -380,8 +333,11 @@ def main(argv=None) -> int:
     stem = out.trace.parent / tag
     files = torchrun.rank_files(out, tag, launch)
     checked = []  # each rank's trace checked as the reading loads it: read once
-    link = tracereader.link_curve(torch.cuda.get_device_name(run.device), group.backend,
-                                  group.world) if run.on_gpu else None  # fmt: skip
+    link = (
+        tracereader.link_curve(torch.cuda.get_device_name(run.device), group.backend, group.world)
+        if run.on_gpu
+        else None
+    )
     reading = tracereader.read_run(
         stem,
         files,
@@ -399,17 +355,24 @@ def main(argv=None) -> int:
         if args.ddp:  # a ring all-reduce moves 2(N-1)/N of the fp32 gradients
             moved = {"all-reduce": round(2 * (group.world - 1) / group.world * sum(sizes))}
         else:
-            moved = traffic_model(model, world=group.world, reshard=args.reshard_after_forward,
-                                  param_dtype=param_dtype)  # fmt: skip
+            moved = traffic_model(
+                model,
+                world=group.world,
+                reshard=args.reshard_after_forward,
+                param_dtype=param_dtype,
+            )
         if sum(moved.values()):
-            print(f"  each rank's collectives move {bytes_text(sum(moved.values()))} per "
-                  f"step ({', '.join(f'{k} {bytes_text(b)}' for k, b in moved.items())}):"
-                  f" hidden only with {sum(moved.values()) / measured.median_s / 1e9:.3g} GB/s "
-                  "of bus bandwidth or more, overlapped with the compute")  # fmt: skip
+            print(
+                f"  each rank's collectives move {bytes_text(sum(moved.values()))} per "
+                f"step ({', '.join(f'{k} {bytes_text(b)}' for k, b in moved.items())}):"
+                f" hidden only with {sum(moved.values()) / measured.median_s / 1e9:.3g} GB/s "
+                "of bus bandwidth or more, overlapped with the compute"
+            )
         per_rank = [r for r in reading["per_rank"] if r["comm_us"] is not None]
-        comm, exposed = (sum(r[k] for r in per_rank) / max(len(per_rank), 1)
-                         for k in ("comm_us", "exposed_us"))  # fmt: skip
-        # one machine-readable line for tools/dev/predict_scaling.py
+        comm, exposed = (
+            sum(r[k] for r in per_rank) / max(len(per_rank), 1) for k in ("comm_us", "exposed_us")
+        )
+        # one machine-readable line for tools/dev/ranks/predict_scaling.py
         print(
             f"train-scaling: ranks={group.world} step_us={measured.median_s * 1e6:.1f} "
             f"comm_us={comm:.1f} exposed_us={exposed:.1f} moved_bytes={sum(moved.values())}"

@@ -19,21 +19,18 @@ in place, the positions not yet written masked. `--compile` compiles the prefill
 step; `--cuda-graphs` captures each, as it is (eager or compiled), in a torch.cuda.CUDAGraph
 replayed once per prompt and once per token (our call: graphs we capture ourselves, rather than
 mode="reduce-overhead", so the same steps run both ways and the trace shows exactly one launch).
-What then remains is the kernels themselves, and four flags change those: `--fuse` reads q, k,
-v with one GEMM and gate, up with another (the same weights: at one row per sequence a small
-GEMM cannot keep the memory busy, a larger one can); `--attention split` runs decode's attention
-through modules/decode_attention.py's Triton kernels, which split the cache across the SMs and read
-only
-the positions written (SDPA's kernels give each key/value head to one block: 8 blocks at batch
-1); `--attention flex` through FlexAttention; `--gemv` (batch 1, with --fuse) runs each of a
-token's projections as modules/decode_gemv.py's Triton GEMV, its RMSNorm or SiLU gate and its
-residual
-add inside it, on tiles fixed per shape rather than tuned on the machine (and the prompt's head);
-`--fused-gate` (with --fuse, SM90) computes a prompt's gate/up GEMM and SiLU gate in one Gluon
-kernel (modules/geglu/gluon.py), so the [B x P, 2 x hidden] product never leaves it. `--impl hf`
-runs the
-same weights through transformers' LlamaForCausalLM and its `generate` with a static cache
-(compiled by transformers itself on a GPU, into CUDA graphs).
+What then remains is the kernels themselves, and four flags change those: `--fuse` reads q, k, v
+with one GEMM and gate, up with another (the same weights: at one row per sequence a small GEMM
+cannot keep the memory busy, a larger one can); `--attention split` runs decode's attention
+through modules/decode_attention.py's Triton kernels, which split the cache across the SMs and
+read only the positions written (SDPA's kernels give each key/value head to one block: 8 blocks
+at batch 1); `--attention flex` through FlexAttention; `--gemv` (batch 1, with --fuse) runs each
+of a token's projections as modules/decode_gemv.py's Triton GEMV, its RMSNorm or SiLU gate and
+its residual add inside it, on tiles fixed per shape rather than tuned on the machine (and the
+prompt's head); `--fused-gate` (with --fuse, SM90) computes a prompt's gate/up GEMM and SiLU
+gate in one Gluon kernel (modules/geglu/gluon.py), so the [B x P, 2 x hidden] product never
+leaves it. `--impl hf` runs the same weights through transformers' LlamaForCausalLM and its
+`generate` with a static cache (compiled by transformers itself on a GPU, into CUDA graphs).
 
 Guess first. Per recorded step, with L layers, batch B and a prompt of P tokens:
   prefill  7L + 1 GEMMs (4L + 1 with --fuse, 3L + 1 and L gated Gluon kernels with
@@ -66,7 +63,8 @@ there (its token and ours within the dtype's tolerance): rounding, not a bug.
         --fuse --attention split --gemv --bench
     uv run 08_generate.py --preset 8b --prompt 512 --new-tokens 256 --compile --cuda-graphs \
         --fuse --attention split --gemv --fused-gate --bench
-        (a GPU: tools/dev/generate_gpu.sh runs eager, compile, CUDA graphs, hf and the sweep)
+        (a GPU: tools/dev/gpu_runs/generate_gpu.sh runs eager, compile, CUDA graphs, hf and the
+        sweep)
 """
 
 import sys
@@ -77,51 +75,20 @@ import torch
 from torch.profiler import profile, record_function, schedule
 
 import tracereader
-from common import cli, fused_kernel, outputs, profiling
+from common import cli, outputs, profiling
 from common import generation as plumbing
-from common.measuring import ceilings, traffic
-from modules import decode_attention, decode_gemv, llama
+from common.generation import Variant
+from common.measuring import generation as measured
+from modules import decode_gemv, llama
 from modules.geglu import fused as fused_geglu
 from tracereader import Expect
 
 SCRIPT = "08_generate"
-
-
-def events_per_step(layers: int) -> int:
-    """Profiler events a recorded step (a decode token; the prefill is one more) adds
-    (cli.ensure_fits bounds --active with it): 27 measured on the CPU for the tiny preset's
-    2 layers (tools/dev/step_memory.py); taken as 20 a layer and 20 besides, rounded up for
-    the transformers implementation's extra ops."""
-    return 20 + 20 * layers
-
-
 OP_SPLIT = "profiling_pytorch::decode_attention"  # --attention split's op, at one query
 OP_GEMV = "profiling_pytorch::decode_gemv"  # --gemv's op, decode's projections at batch 1
 GATE_KERNEL = "gluon-silu"  # --fused-gate's configuration, fused_geglu.CONFIGS
 ANNOTATION = "decode"  # each new token's step; the prompt's is "prefill"
 PHASES = ("prefill", "decode")
-# The first divergence from the reference is rounding when the reference itself scores our
-# token within this share of its logits' root-mean-square of its own choice. Measured: bf16
-# logits stray from float32's by up to 3% of that rms (a 4-layer, 512-wide model); a wrong
-# cache or position puts the right token several rms away.
-TIE = {torch.bfloat16: 0.25, torch.float16: 0.05, torch.float32: 0.01}
-
-
-@dataclass(frozen=True)
-class Variant:
-    cfg: llama.Config
-    batch: int
-    prompt: int
-    max_len: int  # the positions a static cache holds
-    cache: str
-    impl: str
-    compiled: bool
-    graphs: bool
-    fused: bool = False  # q, k, v in one GEMM, gate and up in another
-    attention: str = "sdpa"
-    autotune: bool = False
-    gemv: bool = False  # decode's projections and prefill's head as decode_gemv's GEMVs
-    fused_gate: bool = False  # prefill's gate, up and SiLU in one Gluon kernel (SM90)
 
 
 # --- the key/value caches: what attention writes, then reads ------------------------------
@@ -225,10 +192,23 @@ def capture(prefill, step):
 
 
 def make_prompt(v: Variant, seed: int, run: cli.Run) -> torch.Tensor:
-    generator = torch.Generator(run.device).manual_seed(seed)
-    return torch.randint(
-        0, v.cfg.vocab, (v.batch, v.prompt), device=run.device, generator=generator
-    )
+    rng = torch.Generator(run.device).manual_seed(seed)
+    return torch.randint(0, v.cfg.vocab, (v.batch, v.prompt), device=run.device, generator=rng)
+
+
+def with_kernels(model, v: Variant):
+    """The variant's own kernels on the reference's weights; for --impl hf, transformers'
+    model holding them."""
+    if v.impl == "hf":
+        return llama.hf_model(model, v.max_len + 1)
+    model.attend = llama.ATTENTION[v.attention]
+    if v.fused_gate:  # modules/geglu/gluon.py's weight layout, and its SiLU configuration
+        model.fuse_projections(gate_kernel=GATE_KERNEL)
+    elif v.fused:
+        model.fuse_projections()
+    if v.gemv:
+        model.decode, model.head = decode_gemv.decode, decode_gemv.head
+    return model
 
 
 class Generation:
@@ -266,32 +246,11 @@ class Generation:
 
     def __call__(self, n: int) -> torch.Tensor:
         if self.impl == "hf":
-            return hf_generate(self.model, self.prompt, n)
+            return plumbing.hf_generate(self.model, self.prompt, n)
         self.prefill()
         for _ in range(n - 1):
             self.step()
         return self.state.tokens[:, self.state.prompt : self.state.prompt + n].clone()
-
-
-def hf_generate(hf, prompt: torch.Tensor, new_tokens: int, each_token=None) -> torch.Tensor:
-    """transformers' own loop, greedy, static cache. `each_token` is called on the host once
-    per new token (as a stopping criterion that never stops): where a profiler step ends."""
-    from transformers import StoppingCriteria, StoppingCriteriaList
-
-    class EachToken(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
-            each_token()
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-    out = hf.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=new_tokens,
-        do_sample=False,
-        cache_implementation="static",
-        stopping_criteria=StoppingCriteriaList([EachToken()] if each_token else []),
-    )
-    return out[:, prompt.shape[1] :]
 
 
 def reference(model32, prompt: torch.Tensor, new_tokens: int):
@@ -306,34 +265,6 @@ def reference(model32, prompt: torch.Tensor, new_tokens: int):
         if i + 1 < new_tokens:
             out = model32(tokens[-1], positions[-1:] + i + 1, cache, decoding=True)
     return torch.cat(tokens, dim=1), torch.stack(logits, dim=1)
-
-
-def agree(tokens: torch.Tensor, ref_tokens: torch.Tensor, ref_logits, dtype) -> None:
-    """Equal to the reference, or parted from it at a near tie of the reference's own."""
-    tie = TIE[dtype]
-    rows = []
-    for b in range(tokens.shape[0]):
-        differ = (tokens[b] != ref_tokens[b]).nonzero()
-        if not len(differ):
-            continue
-        i = int(differ[0])
-        row = ref_logits[b, i].float()
-        margin = float(row[ref_tokens[b, i]] - row[tokens[b, i]])
-        rms = float(row.square().mean().sqrt())
-        rows.append((b, i, margin / rms))
-        if margin > tie * rms:
-            raise cli.MismatchError(
-                f"sequence {b} parts from the float32 reference at new token {i}, where the "
-                f"reference scores its token {margin / rms:.2f} rms above ours (a tie is "
-                f"within {tie})"
-            )
-    same = tokens.shape[0] - len(rows)
-    print(f"correctness: {same} of {tokens.shape[0]} sequences give the float32 reference's "
-          f"{tokens.shape[1]} greedy tokens exactly: ok")  # fmt: skip
-    for b, i, gap in rows:
-        print(f"  sequence {b} parts from it at new token {i}, a near tie of the reference's "
-              f"(its token {gap:.3f} rms above ours, within {tie} for {dtype}): rounding; "
-              "the tokens after it continue another text and are not compared")  # fmt: skip
 
 
 # --- the guess: per phase, and the bytes a token must move --------------------------------
@@ -393,14 +324,12 @@ def _gluon_kernels(v: Variant, phase: str) -> dict:
 
 
 def _prefill(v: Variant) -> Expect:
-    gated = _gated(v, "prefill")
+    gated = f"; {v.cfg.layers} gate/up + SiLU kernels" * _gated(v, "prefill")
     return Expect(
         gpu=_gemm_count(v, "prefill") | _gluon_kernels(v, "prefill"),
         cpu_present=_host_ops(v, "prefill"),
         why=f"{_gemms(v, 'prefill')} GEMMs, M = batch x prompt = {v.batch * v.prompt} rows "
-        f"(the head's M = {v.batch}: the last position only)"
-        + f"; {v.cfg.layers} gate/up + SiLU kernels"
-        * gated,
+        f"(the head's M = {v.batch}: the last position only){gated}",
     )
 
 
@@ -434,9 +363,8 @@ def look(v: Variant, phase: str, expect: Expect, trace, steps: list) -> bool:
     rows = dict(rows if phase == "prefill" else {v.batch: layers + head})
     seen = [dict(tracereader.gemm_rows(step)) for step in steps]
     if any(seen) and v.impl == "ours":
-        lines.append((all(rows == one for one in seen),
-                      f"GEMMs by rows M, per step: {' / '.join(map(str, seen))} "
-                      f"(expected {rows})"))  # fmt: skip
+        text = f"GEMMs by rows M, per step: {' / '.join(map(str, seen))} (expected {rows})"
+        lines.append((all(rows == one for one in seen), text))
     if phase == "decode" and v.impl == "ours":
         keys = [sorted(set(tracereader.key_lengths(s))) for s in steps]
         want = [
@@ -446,105 +374,11 @@ def look(v: Variant, phase: str, expect: Expect, trace, steps: list) -> bool:
             lines.append((keys == want, f"attention read {keys} keys per step (expected {want})"))
     if phase == "decode" and v.graphs and steps and steps[-1].runtime:
         launches = [dict(tracereader.launch_calls(s)) for s in steps]
-        lines.append((all(n == {"graph": 1} for n in launches),
-                      f"launch calls per token {launches} (expected one graph launch, nothing "
-                      "else)"))  # fmt: skip
+        text = f"launch calls per token {launches} (expected one graph launch, nothing else)"
+        lines.append((all(n == {"graph": 1} for n in launches), text))
     for held, line in lines:
         print(f"  {'ok      ' if held else 'MISMATCH'}  {line}  (record_shapes)")
     return verdict.ok and all(held for held, _ in lines)
-
-
-def traffic_model(v: Variant, keys: int, elt: int) -> list[traffic.Kernel]:
-    """One decode step's minimum traffic: each GEMM reads its weight once for the B rows, and
-    attention reads `keys` cached keys and values per sequence and layer, once."""
-    c, b = v.cfg, v.batch
-    kv = c.kv_heads * c.head_dim
-    layer = [
-        traffic.gemm("q_proj", b, c.dim, c.dim, elt),
-        traffic.gemm("k_proj", b, c.dim, kv, elt),
-        traffic.gemm("v_proj", b, c.dim, kv, elt),
-        traffic.Kernel(
-            "attention (cache read)",
-            "attention",
-            4 * b * c.heads * keys * c.head_dim,
-            2 * b * keys * kv * elt,
-            elt,
-        ),  # fmt: skip
-        traffic.gemm("o_proj", b, c.dim, c.dim, elt),
-        *(traffic.gemm(n, b, c.dim, c.hidden, elt) for n in ("gate_proj", "up_proj")),
-        traffic.gemm("down_proj", b, c.hidden, c.dim, elt),
-    ]
-    return layer * c.layers + [traffic.gemm("lm_head", b, c.dim, c.vocab, elt)]
-
-
-def prefill_gemms(v: Variant) -> dict[tuple[int, int, int], int]:
-    """Prefill's GEMMs (M, K, N) -> how many: the layers' at M = B x P rows, the head's at M = B."""
-    c, m = v.cfg, v.batch * v.prompt
-    kv = c.kv_heads * c.head_dim
-    if v.fused:
-        layer = [(m, c.dim, c.dim + 2 * kv), (m, c.dim, c.dim), (m, c.dim, 2 * c.hidden)]
-    else:
-        layer = [(m, c.dim, c.dim)] * 2 + [(m, c.dim, kv)] * 2 + [(m, c.dim, c.hidden)] * 2
-    shapes = {}
-    for shape in [*layer, (m, c.hidden, c.dim)] * c.layers + [(v.batch, c.dim, c.vocab)]:
-        shapes[shape] = shapes.get(shape, 0) + 1
-    return shapes
-
-
-def prefill_weights(v: Variant, model) -> list[tuple[int, torch.Tensor]]:
-    """(rows, weight) of prefill's GEMMs in the order it runs them: the layers' projections at
-    B x P rows, the head's at B (ours and transformers' models name them alike)."""
-    attn = ("qkv_proj", "o_proj") if v.fused else ("q_proj", "k_proj", "v_proj", "o_proj")
-    mlp = ("gate_up_proj", "down_proj") if v.fused else ("gate_proj", "up_proj", "down_proj")
-    rows, calls = v.batch * v.prompt, []
-    for layer in model.model.layers:
-        calls += [(rows, getattr(layer.self_attn, name).weight) for name in attn]
-        calls += [(rows, getattr(layer.mlp, name).weight) for name in mlp]
-    return calls + [(v.batch, model.lm_head.weight)]
-
-
-def prefill_flops(v: Variant) -> float:
-    """Its GEMMs' 2MKN, and attention's: q.k and p.v over the causal half (position i sees
-    i + 1 keys), 2 x 2 x head_dim FLOPs per query head and key seen."""
-    c, p = v.cfg, v.prompt
-    return (
-        plumbing.gemm_flops(prefill_gemms(v))
-        + c.layers * v.batch * c.heads * 4 * c.head_dim * p * (p + 1) / 2
-    )
-
-
-def kv_arithmetic(cfg: llama.Config, tokens: int, batch: int, elt: int) -> int:
-    """2 (keys, values) x layers x kv_heads x head_dim x tokens x bytes, per sequence."""
-    return 2 * cfg.layers * cfg.kv_heads * cfg.head_dim * tokens * elt * batch
-
-
-def floor_s(v: Variant, new_tokens: int, elt: int, bytes_per_s: float) -> tuple[float, int]:
-    """(seconds, bytes) a decode token must take at least, at the generation's mean cache
-    length: its traffic over the measured copy bandwidth (its FLOPs are far below the
-    matrix ceiling at any batch this lesson sweeps)."""
-    _, moved = traffic.total(traffic_model(v, v.prompt + new_tokens // 2, elt))
-    return moved / bytes_per_s, moved
-
-
-# --- measuring, without the profiler ---------------------------------------------------------
-
-
-def sweep(args, v: Variant, model, run: cli.Run, bytes_per_s: float | None) -> list[dict]:
-    """Decode at every batch of --sweep-batch: tokens/s and the share of the floor's speed."""
-    rows = []
-    for batch in args.sweep_batch:
-        w = Variant(**{**v.__dict__, "batch": batch})
-        generation = Generation(w, model, make_prompt(w, args.seed, run), args.new_tokens, run)
-        _, token, _ = plumbing.time_generation(generation, args.new_tokens, run, repeats=3)
-        elt = cli.element_size(run)
-        floor = floor_s(w, args.new_tokens, elt, bytes_per_s)[0] if bytes_per_s else None
-        rows.append({"batch": batch, "token_s": token.median_s,
-                     "tokens_per_s": batch / token.median_s,
-                     "of_floor": floor / token.median_s if floor else None})  # fmt: skip
-        pct = f", {rows[-1]['of_floor']:.0%} of the floor's speed" if floor else ""
-        print(f"  batch {batch:>4}: {token.median_s * 1e3:.3f} ms per token, "
-              f"{rows[-1]['tokens_per_s']:,.0f} tokens/s{pct}")  # fmt: skip
-    return rows
 
 
 def parse(argv):
@@ -554,161 +388,32 @@ def parse(argv):
         bench_help="after profiling, time prefill and a decode token without the profiler "
         "(medians), against the bandwidth floor",
     )
-    parser.add_argument("--preset", choices=list(llama.PRESETS), default="tiny",
-                        help="the model's shape: tiny (CPU-sized), 1b (Llama-3.2-1B's), 8b "
-                        "(Llama-3-8B's) (default: tiny)")  # fmt: skip
-    parser.add_argument("--batch", type=cli.positive_int, default=1,
-                        help="sequences generated together (default: 1, decode's worst "
-                        "case)")  # fmt: skip
-    parser.add_argument("--prompt", type=cli.positive_int, default=16,
-                        help="prompt tokens, random (default: 16)")  # fmt: skip
-    parser.add_argument("--new-tokens", type=cli.positive_int, default=8,
-                        help="tokens generated, the first by prefill (default: 8)")  # fmt: skip
-    parser.add_argument("--cache", choices=("static", "dynamic"), default="static",
-                        help="static: allocated once, written in place; dynamic: grows by "
-                        "torch.cat (default: static, what compile and graphs need)")  # fmt: skip
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="capture the decode step in a CUDA graph, replayed per token "
-                        "(GPU only)")  # fmt: skip
-    parser.add_argument("--fuse", action="store_true",
-                        help="q, k and v as one GEMM, gate and up as another: the same weights "
-                        "read by fewer, larger GEMMs")  # fmt: skip
-    parser.add_argument("--attention", choices=list(llama.ATTENTION), default="sdpa",
-                        help="sdpa: PyTorch's fused kernels (cuDNN, FlashAttention, ...); flex: "
-                        "FlexAttention, compiled by Inductor; split: decode's attention split "
-                        "across the SMs by modules/decode_attention.py's Triton kernels (a GPU, or "
-                        "TRITON_INTERPRET=1) (default: sdpa)")  # fmt: skip
-    parser.add_argument("--gemv", action="store_true",
-                        help="with --fuse, batch 1: each decode projection (and the prompt's "
-                        "head) one Triton GEMV (modules/decode_gemv.py) with its RMSNorm or SiLU "
-                        "gate "
-                        "and residual add inside, tiles fixed per shape (a GPU, or "
-                        "TRITON_INTERPRET=1)")  # fmt: skip
-    parser.add_argument("--fused-gate", action="store_true",
-                        help="with --fuse, on an SM90 GPU (H100, H200): gate/up GEMM and SiLU "
-                        "gate in one Gluon kernel (modules/geglu/gluon.py) where batch x "
-                        "positions fill "
-                        "a 128-row tile of it (a prompt; fewer rows take cuBLAS), their "
-                        "weight's rows in its blocks of 8 units, which decode reads "
-                        "too")  # fmt: skip
-    parser.add_argument("--autotune", action="store_true",
-                        help="with --compile: Inductor times its own GEMM kernels against "
-                        "cuBLAS for every shape, tunes its kernels' tiles and launches "
-                        "independent small kernels as one (minutes of compiling)")  # fmt: skip
-    parser.add_argument("--impl", choices=("ours", "hf"), default="ours",
-                        help="ours: this loop; hf: transformers' generate on the same weights, "
-                        "static cache (needs the [hf] extra) (default: ours)")  # fmt: skip
-    parser.add_argument("--sweep-batch", type=plumbing.batches, default=None, metavar="B,B,...",
-                        help="after the run, time decode at each batch and plot tokens/s and "
-                        "the share of the floor's speed (a PNG beside the trace)")  # fmt: skip
-    args = parser.parse_args(argv)
-    args.active = min(args.active, args.new_tokens - 1)  # decode steps recorded
-    if args.new_tokens < 2:
-        raise cli.UsageError("--new-tokens must be at least 2: one from prefill, one decoded")
-    cfg = llama.PRESETS[args.preset]
-    if args.prompt + args.new_tokens > cfg.context:
-        raise cli.UsageError(f"--prompt {args.prompt} + --new-tokens {args.new_tokens} do not "
-                             f"fit the {args.preset} preset's {cfg.context} positions")  # fmt: skip
-    if (args.compile or args.cuda_graphs) and args.cache == "dynamic":
-        raise cli.UsageError("--compile and --cuda-graphs need --cache static: a growing cache "
-                             "changes the step's shapes every token")  # fmt: skip
-    if args.impl == "hf" and (args.compile or args.cuda_graphs or args.cache == "dynamic"
-                              or args.fuse or args.attention != "sdpa" or args.gemv
-                              or args.fused_gate):  # fmt: skip
-        raise cli.UsageError("--impl hf runs transformers' generate as it comes (static cache, "
-                             "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
-                             "--cache dynamic, --fuse, --attention, --gemv, "
-                             "--fused-gate")  # fmt: skip
-    if args.gemv and (not args.fuse or args.batch != 1 or args.sweep_batch):
-        raise cli.UsageError("--gemv reads the fused projections of one sequence: add --fuse, "
-                             "at --batch 1, without --sweep-batch")  # fmt: skip
-    if args.fused_gate and not args.fuse:
-        raise cli.UsageError("--fused-gate runs the fused gate/up projection's kernel: add --fuse")
-    if args.autotune and not args.compile:
-        raise cli.UsageError("--autotune tunes what torch.compile generates: add --compile")
-    if args.fused_gate:
-        cli.require_gpu(f"{SCRIPT}.py --fused-gate", args, "its kernel is Gluon's, for SM90, "
-                        "which has no CPU backend or interpreter")  # fmt: skip
-    if args.cuda_graphs:
-        cli.require_gpu(f"{SCRIPT}.py --cuda-graphs", args, "a CUDA graph records GPU work; "
-                        "on a CPU, run without it")  # fmt: skip
-    return args
-
-
-def bytes_needed(cfg: llama.Config, batch, prompt, new_tokens, elt, *, reference: bool,
-                 bench: bool = False) -> int:  # fmt: skip
-    """What a generation holds at most: the weights, its cache and prefill's largest
-    activations (the MLP's [B x P, hidden] three times, float32 at most); with the float32
-    reference first, the weights in float32 (converted in place after), its growing cache too
-    and its logits for every token. --bench adds its ruler's: the GEMMs' inputs and, in its
-    graph's pool, the largest output (gate_up's)."""
-    kv = kv_arithmetic(cfg, prompt + new_tokens, batch, 1)
-    acts = 3 * batch * prompt * (cfg.hidden + cfg.dim) * 4
-    acts += bench * batch * prompt * (cfg.dim + cfg.hidden + 2 * cfg.hidden) * elt
-    if not reference:
-        return cfg.params() * elt + kv * elt + acts
-    return cfg.params() * 4 + kv * (elt + 4) + batch * new_tokens * cfg.vocab * 4 + acts
+    plumbing.add_flags(parser)  # --preset, --batch, --prompt, --new-tokens, --cache, ...
+    return plumbing.refuse(parser.parse_args(argv), SCRIPT)
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
-    for flag, wanted in (("--attention split", args.attention == "split"), ("--gemv", args.gemv)):
-        why = wanted and decode_attention.usable(run.device, args.compile, flag)
-        if why:
-            raise cli.UsageError(why)
-    if args.fused_gate:
-        fused_kernel.require_gluon(run, "--fused-gate")
-    cfg, elt = llama.PRESETS[args.preset], cli.element_size(run)
-    sizes = (args.prompt, args.new_tokens, elt)
-    need = bytes_needed(cfg, args.batch, *sizes, reference=True, bench=args.bench)
-    for batch in args.sweep_batch or ():  # the sweep checks no tokens: no reference
-        need = max(need, bytes_needed(cfg, batch, *sizes, reference=False))
-    cli.ensure_fits(need, run, trace=cli.profiled(args, events_per_step(cfg.layers)))
-    # A static cache holds every token fed through the model (prompt + new - 1), rounded up
-    # to 16 positions: SDPA's fused kernels want the mask's rows aligned (else pad it per call).
-    max_len = -(-(args.prompt + args.new_tokens - 1) // 16) * 16
-    # transformers compiles its generate on a GPU (static cache: into CUDA graphs) by itself
-    compiled = args.compile or (args.impl == "hf" and run.on_gpu)
-    v = Variant(cfg, args.batch, args.prompt, max_len, args.cache, args.impl, compiled,
-                args.cuda_graphs, args.fuse, args.attention, args.autotune, args.gemv,
-                args.fused_gate)  # fmt: skip
-    mode = "hf" if v.impl == "hf" else args.cache + ("_graphs" if args.cuda_graphs else "")
-    mode += "_fused" * args.fuse + f"_{args.attention}" * (args.attention != "sdpa")
-    mode += "_gemv" * args.gemv + "_gate" * args.fused_gate + "_autotune" * args.autotune
-    tag = outputs.run_tag(f"{args.preset}_b{args.batch}_p{args.prompt}_n{args.new_tokens}",
-                          args, run, extra=mode)  # fmt: skip
+    plumbing.refuse_kernels(args, run)  # --attention split, --gemv, --fused-gate
+    plumbing.ensure_fits(args, run)
+    v = Variant.from_args(args, run)
+    tag = plumbing.run_tag(args, run)
     out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
 
     # Guess first: the bytes a decode token must read, and on a GPU the floor they set.
-    bytes_per_s = copy_bandwidth(run, fresh=args.fresh_ceilings) if run.on_gpu else None
-    floor, moved = floor_s(v, args.new_tokens, elt, bytes_per_s or 1.0)
-    kv_read = kv_arithmetic(cfg, args.prompt + args.new_tokens // 2, args.batch, elt)
-    print(f"guess: a decode token reads {moved / 1e9:.3g} GB: the weights (and activations) "
-          f"{(moved - kv_read) / 1e9:.3g} GB, the KV cache at the mean length "
-          f"{args.prompt + args.new_tokens // 2} {kv_read / 1e9:.3g} GB")  # fmt: skip
-    if bytes_per_s:
-        print(f"  floor: {floor * 1e3:.3f} ms per token at {bytes_per_s / 1e12:.2f} TB/s: at most "
-              f"{args.batch / floor:,.0f} tokens/s")  # fmt: skip
+    elt = cli.element_size(run)
+    bytes_per_s = measured.copy_bandwidth(run, fresh=args.fresh_ceilings) if run.on_gpu else None
+    floor = plumbing.print_guess(v, args.new_tokens, elt, bytes_per_s)  # None on a CPU
 
     # The model in float32 for the reference first, then in the run's dtype: the same weights.
-    model = llama.build(cfg, v.max_len + 1, run.device, torch.float32)
+    model = llama.build(v.cfg, v.max_len + 1, run.device, torch.float32)
     prompt = make_prompt(v, args.seed, run)
     ref_tokens, ref_logits = reference(model, prompt, args.new_tokens)
-    model = model.to(run.dtype)
-    if v.impl == "hf":
-        model = llama.hf_model(model, v.max_len + 1)
-    else:  # the variant's own kernels, on the reference's weights
-        model.attend = llama.ATTENTION[v.attention]
-        if v.fused_gate:  # modules/geglu/gluon.py's weight layout, and its SiLU configuration
-            model.fuse_projections(gate_kernel=GATE_KERNEL)
-        elif v.fused:
-            model.fuse_projections()
-        if v.gemv:
-            model.decode, model.head = decode_gemv.decode, decode_gemv.head
+    model = with_kernels(model.to(run.dtype), v)
     generation = Generation(v, model, prompt, args.new_tokens, run)
     tokens = profiling.warm_up(lambda: generation(args.new_tokens), run, compiling=args.compile)
-    agree(tokens, ref_tokens, ref_logits, run.dtype)
+    plumbing.agree(tokens, ref_tokens, ref_logits, run.dtype)  # else a near tie, or an error
     del ref_logits
 
     # wait and warm-up steps run the prefill again (discarded); then the prefill and --active
@@ -718,7 +423,7 @@ def main(argv=None) -> int:
         activities=profiling.activities(run),
         schedule=schedule(
             wait=args.wait, warmup=args.warmup_steps, active=1 + args.active, repeat=1
-        ),  # fmt: skip
+        ),
         record_shapes=True,  # the GEMMs' rows and attention's keys, read back below
         acc_events=True,  # one cycle (repeat=1): keeps torch from warning it drops old cycles
     ) as prof:
@@ -746,65 +451,20 @@ def main(argv=None) -> int:
     phases = tracereader.generation_steps(seen.trace)
     for phase in PHASES:
         as_expected &= look(v, phase, EXPECT[phase](v), seen.trace, phases.get(phase, []))
-    plumbing.print_reading(tracereader.generation(seen.trace), floor if bytes_per_s else None)
+    plumbing.print_reading(tracereader.generation(seen.trace), floor)
     if v.impl == "ours":
         generation(args.new_tokens)  # a whole one: the dynamic cache at its longest
-        kv = sum(t.nbytes for t in (*generation.cache.k, *generation.cache.v))
-        held = v.max_len if args.cache == "static" else args.prompt + args.new_tokens - 1
-        print(f"KV cache: {kv / 2**20:.3f} MiB held; 2 x {cfg.layers} layers x {cfg.kv_heads} "
-              f"kv heads x {cfg.head_dim} x {held} tokens x {elt} bytes x batch "
-              f"{args.batch} = {kv_arithmetic(cfg, held, args.batch, elt) / 2**20:.3f} MiB; "
-              f"the weights {cfg.params() * elt / 2**30:.3f} GiB")  # fmt: skip
+        plumbing.print_kv_cache(generation.cache, v, args.new_tokens, elt)
     if args.bench:
-        bench(v, generation, args, run, floor if bytes_per_s else None)
+        measured.bench(v, generation, args.new_tokens, run, floor)
     if args.sweep_batch:
-        print(f"sweep (decode, {args.new_tokens} new tokens, profiler detached):")
-        rows = sweep(args, v, model, run, bytes_per_s)
-        plumbing.plot_sweep(rows, out.table.with_name(f"{out.table.stem}_sweep.png"), tag)
+
+        def at(w: Variant) -> Generation:  # the same weights, a prompt and a cache per batch
+            return Generation(w, model, make_prompt(w, args.seed, run), args.new_tokens, run)
+
+        rows = measured.sweep(v, args.sweep_batch, args.new_tokens, run, at, bytes_per_s)
+        measured.plot_sweep(rows, out.table.with_name(f"{out.table.stem}_sweep.png"), tag)
     return profiling.finish(args, out, as_expected)
-
-
-def copy_bandwidth(run: cli.Run, *, fresh: bool) -> float:
-    """The device's measured copy ceiling (bytes/s), cached as --bench caches it."""
-    name = torch.cuda.get_device_name(run.device)
-    measure = lambda what, probe: ceilings.measure(run.device, what, probe)  # noqa: E731
-    copy = ceilings.get(name, torch.__version__, {ceilings.MEMORY: ()}, measure, fresh=fresh)
-    print(f"copy ceiling: {copy[ceilings.MEMORY].describe(name)}")
-    return copy[ceilings.MEMORY].per_s
-
-
-def bench(v: Variant, generation, args, run: cli.Run, floor: float | None) -> None:
-    peak = None
-    if run.on_gpu:  # a generation's own peak, before the rulers below allocate theirs
-        torch.cuda.reset_peak_memory_stats(run.device)
-        generation(args.new_tokens)
-        torch.cuda.synchronize(run.device)
-        peak = torch.cuda.max_memory_allocated(run.device)
-    weights = prefill_weights(v, generation.model)
-    gemms = plumbing.gemm_sequence(weights, run)
-    prefill_t, token, gemms_t = plumbing.time_generation(generation, args.new_tokens, run,
-                                                         gemms=gemms)  # fmt: skip
-    print(f"bench (profiler detached): prefill {prefill_t.us()}")
-    flops, gemm_flops = prefill_flops(v), plumbing.gemm_flops(prefill_gemms(v))
-    # Its floor: its GEMMs back to back, on the model's weights, as prefill runs them (each
-    # shape timed alone by do_bench, after an L2 flush whose dirty lines are written back
-    # during the GEMM, reaches less: prefill with --fused-gate beat that "floor"; there
-    # cuBLAS's gate/up GEMM stands for the gate kernel, the same FLOPs). Prefill against
-    # them: what its other kernels and the gaps between them cost.
-    rate = gemm_flops / gemms_t.median_s  # the same GEMMs (prefill_weights' test)
-    print(f"  its {len(weights)} GEMMs in prefill's order on the model's weights"
-          f"{', one CUDA graph' * run.on_gpu}, timed beside it: {gemms_t.us()} = "
-          f"{rate / 1e12:.3g} TFLOP/s; prefill's FLOPs at that rate take "
-          f"{flops / rate * 1e3:.3f} ms: prefill at {prefill_t.median_s * rate / flops:.2f}x "
-          "that")  # fmt: skip
-    print(f"  decode: {token.median_s * 1e3:.3f} ms per token (20th-80th percentile "
-          f"{token.p20_s * 1e3:.3f}-{token.p80_s * 1e3:.3f}), "
-          f"{args.batch / token.median_s:,.1f} tokens/s")  # fmt: skip
-    if floor:
-        print(f"  = {token.median_s / floor:.2f}x the bandwidth floor: "
-              f"{floor / token.median_s:.0%} of the floor's speed")  # fmt: skip
-    if peak is not None:
-        print(f"  peak device memory in a generation: {peak / 2**30:.2f} GiB")
 
 
 def profile_hf(hf, prompt, prof, args) -> None:
@@ -821,7 +481,7 @@ def profile_hf(hf, prompt, prof, args) -> None:
 
     for n in [1] * (args.wait + args.warmup_steps) + [1 + args.active]:
         span = record_function("prefill").__enter__()
-        hf_generate(hf, prompt, n, each_token)
+        plumbing.hf_generate(hf, prompt, n, each_token)
         span.__exit__(None, None, None)
 
 

@@ -12,8 +12,8 @@ from modules.geglu.shared import GLUON
 from modules.triton_support import INTERPRETING
 
 # GPUs (torch.cuda.get_device_name) on which a gluon configuration measured faster than
-# "hopper", kernel and forward, at the post's and the Llama shape (tools/dev/gluon_gpu.sh), and
-# that configuration (a key of CONFIGS): "auto" takes it there, nowhere else.
+# "hopper", kernel and forward, at the post's and the Llama shape (tools/dev/gpu_runs/gluon_gpu.sh),
+# and that configuration (a key of CONFIGS): "auto" takes it there, nowhere else.
 GLUON_MEASURED_FASTER: dict[str, str] = {
     # Measured 2026-11-27 (docs/kernel_lab.md, "auto"): gluon-coop faster than "hopper" there.
     "NVIDIA H100 80GB HBM3": "gluon-coop",
@@ -104,7 +104,8 @@ def refuse_unrunnable(device: str, compile: bool, kernel: str = "auto") -> None:
     if kernel == GLUON and on_cpu:
         raise cli.UsageError(
             "--kernel gluon needs an SM90 GPU (H100, H200): Gluon kernels have neither a CPU "
-            "backend nor an interpreter (tools/dev/fused_geglu_sass.py compiles it on a CPU)"
+            "backend nor an interpreter (tools/dev/kernel_lab/fused_geglu_sass.py compiles it on "
+            "a CPU)"
         )
     if kernel == GLUON and compile:
         raise cli.UsageError(

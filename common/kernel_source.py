@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from huggingface_hub import constants
 
-from common.cli import UsageError, one_line
+from common.cli import UsageError, one_line, require_gpu
 
 T = TypeVar("T")
 
@@ -209,6 +209,17 @@ def _liger_from_pypi(repo_id: str, reason: str) -> tuple[ModuleType, str]:
 def liger_layers(fetch: Callable[[], ModuleType], repo_id: str) -> tuple[ModuleType, str]:
     """Return (layers, where they came from): the Hub's via `fetch`, else liger-kernel's."""
     return load(fetch, repo_id, fallback=lambda reason: _liger_from_pypi(repo_id, reason))
+
+
+def require_flash_gpu(script: str, args) -> None:
+    """04_d on a machine without a CUDA GPU: one line (exit 2) before the run resolves its
+    device, saying which lesson runs flash attention on a CPU."""
+    require_gpu(
+        script,
+        args,
+        "FlashAttention's kernels are CUDA code with no CPU build "
+        "(04_c_sdpa_attention.py --backend flash runs on a CPU)",
+    )
 
 
 def refuse_flash(variant: str, run) -> None:

@@ -1,5 +1,6 @@
 """What the training lessons (06_train_step, 07_fsdp_train) share beside their loops: the
-model's flags and one step checked against a float32 reference step (with FSDP's bf16 budget).
+model's flags, 06's memory and profiler estimate, and one step checked against a float32
+reference step (with FSDP's bf16 budget).
 Their traces cut into phases: tracereader.analyses.training.
 """
 
@@ -32,6 +33,31 @@ def add_model_flags(parser, **meanings: str) -> None:
         meaning = meanings.get(flag.removeprefix("--"), meaning)
         parser.add_argument(flag, type=cli.positive_int, default=default,
                             help=f"{meaning} (default: {default})")  # fmt: skip
+
+
+def events_per_step(layers: int) -> int:
+    """Profiler events a recorded training step adds (cli.ensure_fits bounds --active with
+    it). Measured on the CPU at the tiny shape with the default foreach AdamW: 1,302 events
+    a step at 1 layer, 4,113 at 4 (~940 a layer: forward, backward and the optimizer's ops,
+    with autograd's), 365 besides; rounded up, as forloop AdamW adds ops per tensor."""
+    return 500 + 1_200 * layers
+
+
+def bytes_needed(args, weight_bytes: int) -> int:
+    """Parameters, gradients and AdamW's two states in the weights' dtype (`weight_bytes` an
+    element), the float32 reference's four, and the activations the backward keeps (per layer
+    about 7 [tokens, dim] and 4 [tokens, hidden] tensors, the logits), twice over for the
+    reference."""
+    t, d, h, v = args.batch * args.seq, args.dim, args.hidden, args.vocab
+    params = v * d * 2 + args.layers * (4 * d * d + 3 * d * h)
+    acts = (args.layers * (7 * t * d + 4 * t * h) + 3 * t * v) * 4
+    return params * (4 * weight_bytes + 16) + 2 * acts
+
+
+def ensure_fits(args, run: cli.Run, *, weight_bytes: int) -> None:
+    """06's step and the profiler's events, refused before anything is built."""
+    trace = cli.profiled(args, events_per_step(args.layers))
+    cli.ensure_fits(bytes_needed(args, weight_bytes), run, trace=trace)
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ At one row a projection is a matrix-vector product: every weight read once, two 
 the whole job is streaming the weight at the memory's speed. Inductor's `--autotune` writes
 these GEMVs as its own reductions and picks their tiles by timing candidates on the machine, one
 launch at a time from Python: two kernels of one shape came out 18.8 and 46.8 us on one H100,
-and the same command ran at 77-88% of the floor across six machines (docs/observations.md).
-Here the tiles are fixed per shape (measured once, TILES below), and each
-projection carries what sits around it in the layer, so no small kernel runs between them:
+and the same command ran at 77-88% of the floor across six machines
+(docs/lessons/08_generate.md, "Fourth pass"). Here the tiles are fixed per shape (measured once,
+TILES below), and each projection carries what sits around it in the layer, so no small kernel
+runs between them:
 
     qkv      RMSNorm(x) @ Wqkv^T         the norm's statistic computed by every program (x is
                                         one row: 8 KB from L2), applied as it is read
@@ -37,8 +38,8 @@ NONE, NORM, GATE = 0, 1, 2  # the prologue: x as it is, RMSNorm(x) * g, SiLU(gat
 # holds gate and up: its halves, or blocks of UNITS of each as --fused-gate packs them)
 PROLOGUES = {"none": NONE, "norm": NORM, "gate": GATE}
 # (BLOCK_N, BLOCK_K, num_warps) per (N, K): the fastest of 24 for the 8b preset's shapes on an
-# H200 (tools/dev/gemv_tiles.py, 2026-11-26; docs/observations.md, "Fourth pass"); any other
-# shape takes DEFAULT_TILE, the fastest there for qkv and down.
+# H200 (tools/dev/kernel_lab/gemv_tiles.py, 2026-11-26; docs/lessons/08_generate.md, "Fourth
+# pass"); any other shape takes DEFAULT_TILE, the fastest there for qkv and down.
 DEFAULT_TILE = (8, 512, 4)
 TILES = {(6144, 4096): (8, 512, 4), (4096, 4096): (2, 1024, 4), (28672, 4096): (16, 256, 4),
          (4096, 14336): (8, 512, 4), (128256, 4096): (16, 256, 4)}  # fmt: skip

@@ -106,7 +106,7 @@ def test_profiler_tmp_file_and_folder_are_removed_when_export_fails(tmp_path, mo
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export_tmp_then_fail)
-    # a full disk is the machine's answer, not a bug: one line, exit 2 (tests/test_hostile.py)
+    # a full disk is the machine's answer, not a bug: one line, exit 2 (test_hostile_lessons.py)
     assert run_script("02_linear", *LINEAR, "--traces-dir", str(tmp_path / "new" / "traces")) == 2
     assert files_under(tmp_path) == []  # not even the folders the run would have created
 

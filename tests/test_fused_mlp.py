@@ -277,28 +277,34 @@ def load_tuner():
     return tune_fused_mlp
 
 
+def load_candidates():
+    from tools import fused_mlp_candidates
+
+    return fused_mlp_candidates
+
+
 def test_tuner_candidates_are_distinct_and_print_as_pasteable_code():
-    tuner = load_tuner()
+    lists = load_candidates()
     for quick in (False, True):
-        candidates = tuner.hopper_candidates(quick) + tuner.plain_candidates(quick)
+        candidates = lists.hopper_candidates(quick) + lists.plain_candidates(quick)
         assert len(set(candidates)) == len(candidates)
         for cfg in candidates:
             assert cfg.path in ("hopper", "plain") and cfg.block_n % 32 == 0
-            assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+            assert eval(lists.as_code(cfg), {"Config": lists.Config}) == cfg
     for shipped in fused_geglu.CONFIGS.values():  # what the tuner prints pastes back as is
-        assert eval(tuner.as_code(shipped), {"Config": tuner.Config}) == shipped
+        assert eval(lists.as_code(shipped), {"Config": lists.Config}) == shipped
 
 
 def test_tuner_lists_the_opt_in_path_with_distinct_pasteable_candidates():
-    tuner = load_tuner()
-    assert "hopper-epi" in tuner.PATHS
+    lists = load_candidates()
+    assert "hopper-epi" in lists.PATHS
     for quick in (False, True):
-        candidates = tuner.hopper_epi_candidates(quick)
+        candidates = lists.hopper_epi_candidates(quick)
         assert len(set(candidates)) == len(candidates)
         assert fused_geglu.CONFIGS["hopper-epi"] in candidates  # the committed one is timed
         for cfg in candidates:
             assert cfg.path == "hopper-epi" and cfg.block_n % 32 == 0
-            assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+            assert eval(lists.as_code(cfg), {"Config": lists.Config}) == cfg
 
 
 @pytest.mark.slow
@@ -316,13 +322,13 @@ def test_tuner_refuses_an_unknown_path_in_one_line():
 
 @pytest.mark.slow
 def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memory():
-    """tools/dev/fused_geglu_sass.py compiles both committed Hopper configurations for sm_90 with
-    Triton's own ptxas (no GPU): hopper-epi's GeGLU is one MUFU.TANH per element where the
-    hopper path spends an exp2 and a reciprocal, its two stores per tile are two TMA stores,
+    """tools/dev/kernel_lab/fused_geglu_sass.py compiles both committed Hopper configurations for
+    sm_90 with Triton's own ptxas (no GPU): hopper-epi's GeGLU is one MUFU.TANH per element where
+    the hopper path spends an exp2 and a reciprocal, its two stores per tile are two TMA stores,
     and its 4 stages fit in Hopper's 227 KB."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.dev.fused_geglu_sass"],
+        [sys.executable, "-m", "tools.dev.kernel_lab.fused_geglu_sass"],
         cwd=ROOT,
         env={**env, "TRITON_DEFAULT_FP_FUSION": "1"},
         capture_output=True,
@@ -350,7 +356,7 @@ def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memo
 @pytest.mark.slow
 def test_ncu_driver_refuses_an_unknown_config_before_looking_for_a_gpu():
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.dev.ncu_fused_mlp", "--configs", "hopper,hoper"],
+        [sys.executable, "-m", "tools.dev.kernel_lab.ncu_fused_mlp", "--configs", "hopper,hoper"],
         cwd=ROOT,
         capture_output=True,
         text=True,

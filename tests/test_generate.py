@@ -17,6 +17,8 @@ import torch
 
 import tracereader
 from common import cli
+from common import generation as plumbing
+from common.measuring import generation as measured
 from modules import llama
 from tests.helpers import ROOT, load_script, run_script
 from tracereader.commands import explain
@@ -320,29 +322,46 @@ def test_the_cache_gives_what_recomputing_the_whole_sequence_gives():
 
 
 def test_a_near_tie_explains_a_divergence_and_a_bug_does_not(capsys):
-    lesson = load_script(SCRIPT)
     ref_tokens = torch.tensor([[3, 1, 2]])
     logits = torch.zeros(1, 3, 8)
     logits[0, 0, 3], logits[0, 1, 1], logits[0, 2, 2] = 1.0, 1.0, 1.0
     logits[0, 1, 5] = 0.99  # a near tie at token 1: 5 is 0.01 below the reference's 1
-    lesson.agree(torch.tensor([[3, 5, 0]]), ref_tokens, logits, torch.bfloat16)
+    plumbing.agree(torch.tensor([[3, 5, 0]]), ref_tokens, logits, torch.bfloat16)
     assert "parts from it at new token 1, a near tie" in capsys.readouterr().out
     with pytest.raises(cli.MismatchError, match="at new token 0"):
-        lesson.agree(torch.tensor([[4, 1, 2]]), ref_tokens, logits, torch.bfloat16)
+        plumbing.agree(torch.tensor([[4, 1, 2]]), ref_tokens, logits, torch.bfloat16)
 
 
 def test_the_floor_is_the_weights_and_the_cache_over_the_copy_bandwidth():
     lesson = load_script(SCRIPT)
     cfg = llama.PRESETS["8b"]
     assert cfg.params() == 8_030_261_248  # Llama-3-8B's parameter count
-    assert lesson.kv_arithmetic(cfg, tokens=1, batch=1, elt=2) == 131_072  # 128 KiB a token
+    assert measured.kv_arithmetic(cfg, tokens=1, batch=1, elt=2) == 131_072  # 128 KiB a token
     v = lesson.Variant(cfg, 1, 512, 767, "static", "ours", False, True)
-    seconds, moved = lesson.floor_s(v, 256, 2, 3.0e12)
+    seconds, moved = measured.floor_s(v, 256, 2, 3.0e12)
     weights = (cfg.params() - cfg.vocab * cfg.dim - (2 * cfg.layers + 1) * cfg.dim) * 2
     kv = 131_072 * (512 + 128)
     activations = moved - weights - kv  # each GEMM's input and output rows: 160 KB a layer
     assert 5e6 < activations < 6e6
     assert seconds == pytest.approx(moved / 3.0e12) and 4.9e-3 < seconds < 5.1e-3
+
+
+def test_the_variant_is_built_from_the_flags():
+    """Variant.from_args: the preset's shape, a static cache of prompt + new - 1 positions
+    rounded up to 16, and transformers' generate counted as compiled on a GPU only."""
+    lesson = load_script(SCRIPT)
+    cpu = cli.Run(torch.device("cpu"), torch.bfloat16, "bf16")
+    argv = ["--preset", "tiny", "--batch", "2", "--prompt", "12", "--new-tokens", "6", "--fuse"]
+    v = plumbing.Variant.from_args(lesson.parse([*argv, "--attention", "flex"]), cpu)
+    assert (v.cfg, v.batch, v.prompt, v.max_len) == (llama.PRESETS["tiny"], 2, 12, 32)
+    flags = (v.cache, v.impl, v.fused, v.attention, v.compiled, v.graphs)
+    assert flags == ("static", "ours", True, "flex", False, False)
+    fits = lesson.parse(["--prompt", "12", "--new-tokens", "5"])  # 16 positions: no rounding
+    assert plumbing.Variant.from_args(fits, cpu).max_len == 16
+    hf = lesson.parse(["--impl", "hf"])
+    gpu = cli.Run(torch.device("cuda"), torch.bfloat16, "bf16")
+    assert not plumbing.Variant.from_args(hf, cpu).compiled
+    assert plumbing.Variant.from_args(hf, gpu).compiled
 
 
 def test_prefills_flops_are_its_weights_twice_per_token_and_the_causal_attention():
@@ -354,12 +373,12 @@ def test_prefills_flops_are_its_weights_twice_per_token_and_the_causal_attention
     layers = cfg.params() - 2 * cfg.vocab * cfg.dim - (2 * cfg.layers + 1) * cfg.dim
     attention = 32 * 32 * 4 * 128 * (512 * 513 / 2)
     flops = 2 * 512 * layers + 2 * cfg.dim * cfg.vocab + attention
-    assert lesson.prefill_flops(v) == pytest.approx(flops, rel=1e-12)
-    assert 7.2e12 < flops < 7.25e12  # docs/observations.md: 7.217 TFLOP
+    assert measured.prefill_flops(v) == pytest.approx(flops, rel=1e-12)
+    assert 7.2e12 < flops < 7.25e12  # docs/lessons/08_generate.md: 7.217 TFLOP
     fused = lesson.Variant(cfg, 1, 512, 768, "static", "ours", False, False, fused=True)
-    assert lesson.prefill_flops(fused) == lesson.prefill_flops(v)  # the same weights
-    assert sum(lesson.prefill_gemms(fused).values()) == 4 * 32 + 1
-    assert lesson.prefill_gemms(fused)[(512, 4096, 2 * 14336)] == 32
+    assert measured.prefill_flops(fused) == measured.prefill_flops(v)  # the same weights
+    assert sum(measured.prefill_gemms(fused).values()) == 4 * 32 + 1
+    assert measured.prefill_gemms(fused)[(512, 4096, 2 * 14336)] == 32
 
 
 def test_the_ruler_times_the_gemms_prefill_runs_on_the_models_own_weights():
@@ -373,9 +392,9 @@ def test_the_ruler_times_the_gemms_prefill_runs_on_the_models_own_weights():
         v = lesson.Variant(cfg, 2, 12, 32, "static", impl, False, False, fused=fused)
         if fused:
             model.fuse_projections()
-        calls = lesson.prefill_weights(v, model)
+        calls = measured.prefill_weights(v, model)
         shapes = Counter((rows, w.shape[1], w.shape[0]) for rows, w in calls)
-        assert shapes == lesson.prefill_gemms(v)
+        assert shapes == measured.prefill_gemms(v)
         assert calls[-1][1] is model.lm_head.weight and calls[0][0] == 24
         timed = {id(w) for _, w in calls}
         assert timed == {id(p) for n, p in model.named_parameters() if "proj" in n or "head" in n}

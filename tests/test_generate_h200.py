@@ -1,6 +1,6 @@
 """The reader on 08_generate's real H200 traces (tests/fixtures/h200/08_generate: the 8b preset,
 batch 1, prompt 512, bf16, a prefill step then 3 decode steps each): eager, CUDA graphs, and
-compile + CUDA graphs. What they showed: docs/observations.md, "08_generate.py on an H200"."""
+compile + CUDA graphs. What they showed: docs/lessons/08_generate.md."""
 
 from __future__ import annotations
 

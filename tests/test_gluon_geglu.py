@@ -40,7 +40,7 @@ WIDE192 = geglu_shared.Config("gluon", 128, 192, 64, stages=4, warps=4, consumer
 COMPILE = """
 import json, sys
 from modules.geglu import fused as fused_geglu, gluon as gluon_geglu, shared as geglu_shared
-from tools.dev.fused_geglu_sass import sass_counts
+from tools.dev.kernel_lab.fused_geglu_sass import sass_counts
 import triton
 configs = {"pingpong": fused_geglu.CONFIGS["gluon"], "cooperative": geglu_shared.Config(
     "gluon", 128, 256, 64, stages=4, warps=8, consumers=1, fast_tanh=True),
@@ -81,7 +81,7 @@ def check_sass(result: dict) -> None:
         assert counts["STSM"] > 0, name  # the product stored by stmatrix (pack's blocks of 8)
         assert counts["STL"] == 0, name  # no register spilled to local memory
         # each tile's first K step ignores the accumulator it carries from the last tile, so
-        # no tile zeroes its registers first (the 6% of docs/measurements.md, 2026-11-27): one
+        # no tile zeroes its registers first (the 6% of docs/kernel_lab.md, 2026-11-27): one
         # such HGMMA per accumulator chain, of the 4 k16 HGMMA a 64-wide K step issues per chain
         assert 4 * counts["HGMMA0"] == counts["HGMMA"], (name, counts)
     # exp2 and a fast division (pingpong) against tanh.approx (cooperative: fast_tanh)
@@ -130,8 +130,8 @@ def test_compiles_for_sm90_under_triton_3_6():
 def test_register_budgets_fit_the_register_file():
     """setmaxnreg moves registers between warpgroups: the consumers' and the producer's
     budgets must add up to what the launch reserves, in multiples of 8 (PTX's rule)."""
-    tuner = load_script("tools.tune_fused_mlp")
-    for cfg in tuner.gluon_candidates(False):
+    lists = load_script("tools.fused_mlp_candidates")
+    for cfg in lists.gluon_candidates(False):
         plan = gluon_geglu.plan(cfg)
         warpgroups = plan.warps // 4
         consumer_groups = cfg.consumers * cfg.warps // 4
@@ -148,8 +148,8 @@ def test_register_budgets_fit_the_register_file():
 
 
 def test_every_candidate_fits_shared_memory():
-    tuner = load_script("tools.tune_fused_mlp")
-    for cfg in tuner.gluon_candidates(False):
+    lists = load_script("tools.fused_mlp_candidates")
+    for cfg in lists.gluon_candidates(False):
         ring = cfg.stages * (cfg.block_m + cfg.block_n) * cfg.block_k * 2
         # output boxes: the tile's columns, or (epi_split=2) one box of a quarter of its head
         cols = cfg.block_n // 2 if cfg.epi_split == 1 else gluon_geglu.split_n(cfg.block_n)[0] // 4
@@ -277,23 +277,23 @@ def test_sweep_lists_fused_gluon_on_sm90_only(capsys):
 
 
 def test_tuner_candidates_are_distinct_and_pasteable():
-    tuner = load_script("tools.tune_fused_mlp")
+    lists = load_script("tools.fused_mlp_candidates")
     for quick in (False, True):
-        candidates = tuner.gluon_candidates(quick)
+        candidates = lists.gluon_candidates(quick)
         assert len(set(candidates)) == len(candidates) and PINGPONG in candidates
         for cfg in candidates:
             assert cfg.path == "gluon" and cfg.consumers in (1, 2)
-            assert eval(tuner.as_code(cfg), {"Config": tuner.Config}) == cfg
+            assert eval(lists.as_code(cfg), {"Config": lists.Config}) == cfg
     # the GPU script's list: every quick candidate is one of the full tuner's, at most 10
-    quick = tuner.gluon_candidates(True)
-    assert set(quick) <= set(tuner.gluon_candidates(False)) and len(quick) <= 10
+    quick = lists.gluon_candidates(True)
+    assert set(quick) <= set(lists.gluon_candidates(False)) and len(quick) <= 10
 
 
 @pytest.mark.parametrize("tool", ["gluon_bench", "gluon_depth"])
 def test_the_gpu_bench_refuses_a_cpu_in_one_line(tool):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run(
-        [sys.executable, "-m", f"tools.dev.{tool}"],
+        [sys.executable, "-m", f"tools.dev.kernel_lab.{tool}"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -313,8 +313,8 @@ def test_the_gpu_bench_refuses_a_cpu_in_one_line(tool):
 )
 def test_the_gpu_benches_refuse_a_shape_the_kernels_cannot_take(argv, message):
     for tool in ("gluon_bench", "gluon_depth"):
-        done = subprocess.run([sys.executable, "-m", f"tools.dev.{tool}", *argv], cwd=ROOT,
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", f"tools.dev.kernel_lab.{tool}", *argv],
+                              cwd=ROOT, capture_output=True, text=True)  # fmt: skip
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
 

@@ -173,8 +173,8 @@ def test_the_hopper_kernel_compiles_with_paired_proton_scopes_for_sm90(tmp_path)
     def compile_(*flags):
         env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "-".join(flags or ("plain",)))}
         return subprocess.run(
-            [sys.executable, "-m", "tools.dev.proton_compile", *flags], cwd=ROOT, env=env,
-            capture_output=True, text=True, timeout=300,
+            [sys.executable, "-m", "tools.dev.kernel_lab.proton_compile", *flags], cwd=ROOT,
+            env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
 
     plain = compile_()

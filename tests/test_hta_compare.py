@@ -1,6 +1,6 @@
-"""tools/dev/hta_compare.py: its own reading of the raw events (the referee), its handling of the
-reader's JSON contract and of bad input, and HTA itself on real traces (skipped when uv cannot
-install HTA from its cache)."""
+"""tools/dev/reader_validation/hta_compare.py: its own reading of the raw events (the referee), its
+handling of the reader's JSON contract and of bad input, and HTA itself on real traces (skipped when
+uv cannot install HTA from its cache)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ TP2 = ROOT / "tests/fixtures/h200x2/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager
 
 @cache
 def tool():
-    from tools.dev import hta_compare
+    from tools.dev.reader_validation import hta_compare
 
     return hta_compare
 
@@ -144,7 +144,7 @@ def test_the_readers_contract_is_checked_key_by_key():
 
 
 def run(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    argv = [sys.executable, str(ROOT / "tools/dev/hta_compare.py"), *argv]
+    argv = [sys.executable, str(ROOT / "tools/dev/reader_validation/hta_compare.py"), *argv]
     return subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
 
 

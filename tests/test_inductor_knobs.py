@@ -1,6 +1,6 @@
-"""tools/dev/inductor_knobs.py: the GPU runs set Inductor options that have no environment
-variable through it (generate_gpu.sh's INDUCTOR_KNOBS); a misspelt one must stop the run, not
-be ignored and leave a run measured without it."""
+"""tools/dev/kernel_lab/inductor_knobs.py: the GPU runs set Inductor options that have no
+environment variable through it (generate_gpu.sh's INDUCTOR_KNOBS); a misspelt one must stop the
+run, not be ignored and leave a run measured without it."""
 
 import os
 import subprocess
@@ -18,7 +18,7 @@ def knobs(tmp_path, value: str):
     )
     env = {**os.environ, "INDUCTOR_KNOBS": value}
     return subprocess.run(
-        [sys.executable, "-m", "tools.dev.inductor_knobs", str(script), "--flag", "x"],
+        [sys.executable, "-m", "tools.dev.kernel_lab.inductor_knobs", str(script), "--flag", "x"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
@@ -47,7 +47,7 @@ def test_a_value_of_the_wrong_type_or_a_missing_script_stops_in_one_line(tmp_pat
         if script is None:
             target.write_text("print('ran')\n")
         proc = subprocess.run(
-            [sys.executable, "-m", "tools.dev.inductor_knobs", str(target)],
+            [sys.executable, "-m", "tools.dev.kernel_lab.inductor_knobs", str(target)],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

@@ -207,7 +207,8 @@ CONVS = [
     "void cutlass_cudnn_train::Kernel<cutlass_tensorop_s1688wgrad_optimized_tf32_256x64_16x4_nhwc"
     "_align4>(cutlass_tensorop_s1688wgrad_optimized_tf32_256x64_16x4_nhwc_align4::Params)",
     MANGLED_CONV,
-    # cuDNN's workspace set-up before a weight gradient on an H100 (tools/dev/kernel_classes_gpu.py)
+    # cuDNN's workspace set-up before a weight gradient on an H100
+    # (tools/dev/reader_validation/kernel_classes_gpu.py)
     "void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<xmma__5x_cudnn::"
     "implicit_gemm::wgrad_indexed::Warp_specialized_params>(int)",
     # ATen's own depthwise convolution
@@ -479,10 +480,11 @@ def test_inductor_names_decode_without_importing_torch():
 
 @pytest.mark.slow
 def test_op_names_are_the_installed_torchs():
-    """tracereader/names/op_names.py is torch's list as tools/dev/op_names.py writes it (in a fresh
-    interpreter: imports register higher-order ops); rerun the tool when torch adds ops."""
+    """tracereader/names/op_names.py is torch's list as tools/dev/reader_validation/op_names.py
+    writes it (in a fresh interpreter: imports register higher-order ops); rerun the tool when torch
+    adds ops."""
     check = subprocess.run(
-        [sys.executable, str(ROOT / "tools/dev/op_names.py"), "--check"],
+        [sys.executable, str(ROOT / "tools/dev/reader_validation/op_names.py"), "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,

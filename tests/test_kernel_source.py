@@ -143,8 +143,9 @@ def test_a_refusal_the_hub_gave_is_not_read_around_from_the_cache(monkeypatch):
 
 def test_without_kernels_library_or_liger_one_line_the_smoke_run_calls_unavailable(tmp_path):
     """The GPU machines' Python has torch but neither the kernels library nor liger-kernel:
-    03_kernels_mlp refuses in one line that says how to get the kernel, which tools/dev/smoke.py
-    reports as this machine's gap (unavailable), not the lesson's failure."""
+    03_kernels_mlp refuses in one line that says how to get the kernel, which
+    tools/dev/gpu_runs/smoke.py reports as this machine's gap (unavailable), not the lesson's
+    failure."""
     from tests.test_smoke import smoke
 
     args = ("--no-kernels-library", "--no-liger")

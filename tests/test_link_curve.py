@@ -1,7 +1,8 @@
-"""The link as a curve (tracereader.analyses.linkcurve, tools/dev/link_curve.py) and the scaling
-prediction built on it (tools/dev/predict_scaling.py). What a user relies on: a collective is
-judged against the link at its own size and kind and never read as more than 100% of it; the
-curve a run measures reads back; the prediction's arithmetic is the one its docstring states."""
+"""The link as a curve (tracereader.analyses.linkcurve, tools/dev/ranks/link_curve.py) and the
+scaling prediction built on it (tools/dev/ranks/predict_scaling.py). What a user relies on: a
+collective is judged against the link at its own size and kind and never read as more than 100% of
+it; the curve a run measures reads back; the prediction's arithmetic is the one its docstring
+states."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def test_the_measured_h200_curves_grow_with_size_and_with_ranks():
 def test_the_tool_measures_two_gloo_ranks_writes_csv_and_plot_and_caches(tmp_path):
     env = {**check.launch_env(None), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", "-m", "tools.dev.link_curve", str(tmp_path / "out"),
+               "--nproc-per-node", "2", "-m", "tools.dev.ranks.link_curve", str(tmp_path / "out"),
                "--device", "cpu", "--min-mib", "0.0625", "--max-mib", "0.25",
                "--kinds", "all-reduce,reduce-scatter"]  # fmt: skip
     proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
@@ -119,7 +120,7 @@ def test_the_tool_measures_two_gloo_ranks_writes_csv_and_plot_and_caches(tmp_pat
 
 
 def _predict(*argv):
-    return subprocess.run([sys.executable, "-m", "tools.dev.predict_scaling", *argv],
+    return subprocess.run([sys.executable, "-m", "tools.dev.ranks.predict_scaling", *argv],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
 
 

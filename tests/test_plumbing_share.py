@@ -1,19 +1,78 @@
-"""Every lesson stays a lesson: under 30% of its code is plumbing (tools/dev/plumbing_share.py
-says what counts; docs/plumbing.md has each lesson's share)."""
+"""Every lesson stays a lesson: at most 25% of its code is plumbing, counted on the lesson as
+ruff formats it (tools/dev/plumbing_share.py says what counts; docs/plumbing.md, which the tool
+writes, has each lesson's share)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from tools.dev import plumbing_share as tool
 
+# A flag squeezed onto one line of 133 characters that ruff would split, kept so by the marker.
+PLANTED = (
+    "\n\ndef planted(parser):\n"
+    '    parser.add_argument("--planted", type=int, default=0, '
+    'help="a flag the test plants, too long for one line of ruff\'s")  # fmt: skip\n'
+)
 
-def test_every_lesson_is_under_the_plumbing_limit(capsys):
+
+def test_every_lesson_is_at_or_under_the_plumbing_limit(capsys):
+    assert tool.LIMIT == 0.25
     shares = {path.name: tool.measure(path) for path in tool.lessons()}
-    assert {"01_matmul_add.py", "03_fused_mlp.py", "04_c_sdpa_attention.py"} <= set(shares)
-    over = {name: f"{s.share:.0%}" for name, s in shares.items() if s.share > tool.LIMIT}
+    assert {"01_matmul_add.py", "03_fused_mlp.py", "08_generate.py"} <= set(shares)
+    over = {name: f"{s.share:.1%}" for name, s in shares.items() if s.share > tool.LIMIT}
     assert not over, f"plumbing over {tool.LIMIT:.0%}: {over} (tools/dev/plumbing_share.py --lines)"
     assert tool.main([]) == 0 and "04_d_kernels_attention.py" in capsys.readouterr().out
+
+
+def test_docs_plumbing_md_is_the_tools_page_of_today_s_lessons():
+    """docs/plumbing.md is written by the tool: regenerate it (its command is on the page)
+    when a lesson's share changes."""
+    page = (tool.ROOT / "docs" / "plumbing.md").read_text()
+    date = re.search(r"on (\d{4}-\d{2}-\d{2})", page)
+    assert date, "docs/plumbing.md names no date: write it with the tool"
+    shares = [tool.measure(path) for path in tool.lessons()]
+    assert page == tool.page(shares, date[1]), (
+        "docs/plumbing.md is stale: uv run python -m tools.dev.plumbing_share --write "
+        "docs/plumbing.md"
+    )
+
+
+def test_a_planted_plumbing_line_counts_as_ruff_formats_it(tmp_path):
+    """A flag squeezed onto one line under `# fmt: skip` counts the lines ruff gives it, all
+    plumbing: the marker hides nothing."""
+    lesson = tool.ROOT / "02_linear.py"
+    before = tool.measure(lesson)
+    source = lesson.read_text()
+    guard = source.rindex('\nif __name__ == "__main__":')
+    planted = tmp_path / "02_linear.py"
+    planted.write_text(source[:guard] + PLANTED + source[guard:])
+    after = tool.measure(planted)
+    added = after.counted - before.counted
+    assert added > 2  # def + the call: 2 lines as written, more as ruff formats them
+    assert len(after.plumbing) - len(before.plumbing) == added
+    found = [n for n, kind in after.plumbing.items() if "--planted" in after.lines[n - 1]]
+    assert found and after.plumbing[found[0]] == "parsing"
+    # as written (unformatted), the same flag would have counted 2 lines
+    raw = tool.measure_source(planted.read_text(), planted.name)
+    assert raw.counted - tool.measure_source(source, lesson.name).counted == 2
+    # fmt: off / on markers are removed too: what they fence is formatted
+    fenced = planted.read_text().replace("\ndef planted", "\n# fmt: off\ndef planted")
+    planted.write_text(fenced)
+    assert tool.measure(planted).counted == after.counted
+
+
+def test_a_lesson_pushed_over_the_limit_fails_the_gate(tmp_path, capsys):
+    lesson = tool.ROOT / "08_generate.py"
+    source = lesson.read_text()
+    guard = source.rindex('\nif __name__ == "__main__":')
+    plumbing = "".join(PLANTED.replace("planted", f"planted{i}") for i in range(40))
+    heavy = tmp_path / lesson.name
+    heavy.write_text(source[:guard] + plumbing + source[guard:])
+    assert tool.measure(heavy).share > tool.LIMIT
+    assert tool.main([str(heavy)]) == 1
+    assert f"over {tool.LIMIT:.0%}" in capsys.readouterr().out
 
 
 def test_parsing_refusals_helpers_and_knobs_count_as_plumbing_the_lesson_does_not(tmp_path):
@@ -57,7 +116,7 @@ def test_parsing_refusals_helpers_and_knobs_count_as_plumbing_the_lesson_does_no
         )
     )
     share = tool.measure(lesson)
-    source = lesson.read_text().splitlines()
+    source = share.lines  # as measured: formatted
     kinds = {source[n - 1].strip(): kind for n, kind in share.plumbing.items()}
     assert kinds == {
         'print("a knob")': "knobs",
@@ -99,7 +158,7 @@ def test_setting_the_run_up_and_winding_it_down_is_plumbing_the_loop_is_not(tmp_
         )
     )
     share = tool.measure(lesson)
-    source = lesson.read_text().splitlines()
+    source = share.lines  # as measured: formatted
     kinds = {source[n - 1].strip(): kind for n, kind in share.plumbing.items()}
     assert kinds == {
         "run = cli.resolve(args)": "set-up",
@@ -131,7 +190,7 @@ def test_a_guarded_import_is_an_import_and_what_uses_it_stays_the_lesson(tmp_pat
         )
     )
     share = tool.measure(lesson)
-    source = lesson.read_text().splitlines()
+    source = share.lines  # as measured: formatted
     kinds = {source[n - 1].strip(): kind for n, kind in share.plumbing.items()}
     assert kinds == {"except ImportError:": "refusals", "get_kernel = None": "refusals"}
     assert share.counted == 4  # the handler's two lines and fetch's two

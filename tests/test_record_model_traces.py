@@ -1,6 +1,6 @@
-"""tools/dev/record_model_traces.py at its tiny configs on the CPU: the traces the lead records on a
-GPU in one command, recorded here the same way. Skipped where transformers or timm is not
-importable (they are not the project's dependencies; run with
+"""tools/dev/reader_validation/record_model_traces.py at its tiny configs on the CPU: the traces the
+lead records on a GPU in one command, recorded here the same way. Skipped where transformers or timm
+is not importable (they are not the project's dependencies; run with
 `uv run --with 'transformers>=5' --with timm pytest tests/test_record_model_traces.py`)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOL = ROOT / "tools/dev/record_model_traces.py"
+TOOL = ROOT / "tools/dev/reader_validation/record_model_traces.py"
 
 
 def run(*argv: str) -> subprocess.CompletedProcess:

@@ -1,5 +1,5 @@
-"""tools/dev/smoke.py, the check to run before any GPU measurement reaches docs/: it must catch what
-a human skimming 30 logs would miss."""
+"""tools/dev/gpu_runs/smoke.py, the check to run before any GPU measurement reaches docs/: it must
+catch what a human skimming 30 logs would miss."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.helpers import ROOT
-from tools.dev import smoke
+from tools.dev.gpu_runs import smoke
 
 
 def test_a_clean_bench_passes_and_every_kind_of_untrustworthy_result_fails():
@@ -37,7 +37,7 @@ def test_the_plan_covers_every_lesson_and_a_cpu_plan_only_what_a_cpu_runs():
 @pytest.mark.slow
 def test_a_cpu_smoke_run_reports_each_run_and_writes_its_logs(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.dev.smoke", "--device", "cpu", "--only", "02_linear"]
+        [sys.executable, "-m", "tools.dev.gpu_runs.smoke", "--device", "cpu", "--only", "02_linear"]
         + ["--logs", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
@@ -54,7 +54,8 @@ def test_a_cpu_smoke_run_reports_each_run_and_writes_its_logs(tmp_path):
 @pytest.mark.slow
 def test_unknown_lessons_are_refused_in_one_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "tools.dev.smoke", "--device", "cpu", "--only", "02_lineer"],
+        [sys.executable, "-m", "tools.dev.gpu_runs.smoke"]
+        + ["--device", "cpu", "--only", "02_lineer"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -31,7 +31,7 @@ from tests.helpers import (
     torchrun_in_process,
 )
 from tools import tp_scaling
-from tools.dev import torchrun_check
+from tools.dev.ranks import torchrun_check
 from tracereader import caches
 from tracereader.analyses.linkcurve import LinkCurve
 from tracereader.commands import compare, explain

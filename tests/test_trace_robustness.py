@@ -297,11 +297,11 @@ def test_names_that_look_like_event_boundaries_are_read_whole(batch, monkeypatch
     assert read == sorted((o.name, o.ts) for s in trace_reader.load(path).steps for o in s.cpu_ops)
 
 
-# --- large traces: the generator of tools/dev/trace_bench.py ------------------------------------
+# --- large traces: the generator of tools/dev/reader_validation/trace_bench.py --------------------
 
 
 def bench_tool():
-    from tools.dev import trace_bench
+    from tools.dev.reader_validation import trace_bench
 
     return trace_bench
 

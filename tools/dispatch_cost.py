@@ -32,6 +32,7 @@ from modules import triton_support
 from modules.geglu import fused as fused_geglu
 from modules.geglu import hopper
 from modules.models import GeGLUMLP
+from tracereader import Parser
 
 
 def empty_ops():
@@ -48,9 +49,7 @@ def empty_ops():
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--m", type=int, default=1024, help="tokens (default: 1024 = 8x128)")
     parser.add_argument("--calls", type=int, default=50, help="calls per sample (default: 50)")
     args = parser.parse_args()

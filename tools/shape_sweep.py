@@ -29,7 +29,7 @@ Guess first:
                    dispatch (Triton's Python launcher, then aten::linear: two launches), not a
                    compiled wrapper's: it should not lose to eager where compile and Liger do. If it
                    does, compare its GPU time with eager's: if that is still lower, what loses is
-                   the host's launch path, not fusion (docs/measurements.md).
+                   the host's launch path, not fusion (docs/lessons/03_fused_mlp.md).
   cuda-graph       torch.compile(mode="reduce-overhead") (GPU only): compile's kernels and
                    compiles, replayed from a CUDA graph: one graph launch (plus a copy of x into
                    the graph's static input) instead of one launch per kernel. Small shapes: the

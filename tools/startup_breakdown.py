@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from tracereader import Parser
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
@@ -93,9 +95,7 @@ def one_run(script: str, args: list[str], repo: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("script", help="a lesson, e.g. 02_linear.py")
     parser.add_argument(
         "--runs", type=int, default=3, help="measured runs after the warming one (default: 3)"

@@ -24,12 +24,11 @@ from common.measuring import timing
 from modules.geglu import fused as fused_geglu
 from modules.models import GeGLUMLP
 from tools.tune_fused_mlp import gpu_state
+from tracereader import Parser
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=40.0, help="how long (default: 40)")
     args = parser.parse_args()
     if not args.seconds > 0:

@@ -48,7 +48,7 @@ def measured_stamp(what: str) -> str:
 # --- the commands' side: explain FOLDER, compare RUN_A RUN_B --------------------------------
 
 
-# --- the link's curve (analyses.linkcurve), measured by tools/dev/link_curve.py --------------
+# --- the link's curve (analyses.linkcurve), measured by tools/dev/ranks/link_curve.py -------------
 
 
 def link_curve_key(device: str, backend: str, world: int) -> str:

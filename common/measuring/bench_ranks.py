@@ -9,7 +9,7 @@ throughput; the one-call cold-L2 number of the single-GPU lessons would need do_
 the host's dispatch apart. The slowest rank sets the pace of all: it is the number reported.
 
 The link: the all-reduce's bus bandwidth (2(N-1)/N x bytes / time, nccl-tests' busbw) at every
-size from 1 MiB to 1 GiB (common.measuring.link), the curve tools/dev/link_curve.py measures
+size from 1 MiB to 1 GiB (common.measuring.link), the curve tools/dev/ranks/link_curve.py measures
 for all three kinds, measured once per kind of GPU, backend and rank count and cached
 (`tracereader.caches`; --fresh-ceilings measures again). The forward's all-reduce, and every
 traced one in the multi-rank reading, is judged against it at its own size: a ceiling taken at
@@ -70,7 +70,7 @@ def _link(run: Run, group: Group, *, fresh: bool) -> tuple[LinkCurve | None, boo
         return curve, True
     curve = link.measure(run, world=group.world, backend=group.backend, device_name=name,
                          kinds=("all-reduce",))  # fmt: skip
-    if cached is not None:  # keep the kinds measured before (tools/dev/link_curve.py's three)
+    if cached is not None:  # keep the kinds measured before (tools/dev/ranks/link_curve.py's three)
         curve = dataclasses.replace(curve, points={**cached.points, **curve.points})
     if group.rank == 0:
         store_link_curve(link_curve_key(name, group.backend, group.world),

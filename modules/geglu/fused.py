@@ -75,7 +75,7 @@ def _descriptor_scratch(size: int, alignment: int, stream):
 
 def constexprs(config: Config) -> dict:
     """The kernel's compile-time arguments for a configuration (launch() and
-    tools/dev/fused_geglu_sass.py pass the same)."""
+    tools/dev/kernel_lab/fused_geglu_sass.py pass the same)."""
     values = dict(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
@@ -164,7 +164,7 @@ def _(x, gate_up, hidden, config):
 def gate_up_geglu(x: torch.Tensor, gate_up: torch.Tensor, hidden: int, config: str):
     """What the module calls. Eagerly, on a plain tensor that needs no gradient: the launch
     itself, because going through the dispatcher into a Python custom op costs host time on
-    every call (about twice what launch() costs on the H100 of docs/measurements.md,
+    every call (about twice what launch() costs on the H100 of docs/lessons/03_fused_mlp.md,
     "Dispatch"), and at small shapes the GPU waits for the host. Everything else goes through
     the custom op: torch.compile (Dynamo records it, Inductor launches the kernel from its own
     code), other tracers (fake tensors), and a forward that autograd would record, so that a

@@ -2,7 +2,7 @@
 
 hopper.py's kernel leaves the schedule to the compiler: all 8 warps load, multiply
 and run the epilogue in turn, so the tensor pipe idles while a tile's GeGLU and store run
-(docs/measurements.md: 75% tensor-pipe active against QuACK's 94%). Gluon
+(docs/kernel_lab.md: 75% tensor-pipe active against QuACK's 94%). Gluon
 (`triton.experimental.gluon`) is Triton's lower level: layouts, shared memory, mbarriers, TMA
 and wgmma are written out, and `gl.warp_specialize` splits a kernel into partitions of warps with
 their own code and register budgets. This kernel, read top to bottom:
@@ -31,10 +31,10 @@ Config(epi_split=2) stores a tile's output through one box a quarter of the head
 for 128- and 192-wide tiles), three or two TMA stores a tile in turn, instead of boxes of the
 whole output: 8 KB of shared memory less a consumer for 128-wide tiles, 16 KB for 192-wide ones
 (room for their fifth stage); at the same stages 0.4-2.6% faster at the post's shape on two
-H100s, level within the passes' spread on an H200 (docs/measurements.md).
+H100s, level within the passes' spread on an H200 (docs/kernel_lab.md, "Kept").
 
 Gluon has no interpreter: the kernel runs on an SM90 GPU, and compiles for sm_90 on any machine
-(compile_sm90: tests/test_gluon_geglu.py, tools/dev/fused_geglu_sass.py --paths gluon).
+(compile_sm90: tests/test_gluon_geglu.py, tools/dev/kernel_lab/fused_geglu_sass.py --paths gluon).
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ def consumer(outs, bufs, bars, sizes, opts, WHICH: gl.constexpr, CONSUMERS: gl.c
     turn = 0
     # The accumulators are zeroed once and carried from tile to tile: each tile's first wgmma
     # ignores them (use_acc False, QuACK's first K step too), so no tile waits on zeroing its
-    # registers (H100: 2-3% at the post's shape, 1% at the Llama one; docs/measurements.md).
+    # registers (H100: 2-3% at the post's shape, 1% at the Llama one; docs/kernel_lab.md).
     acc = gl.zeros([BLOCK_M, HEAD_N], gl.float32, layout)
     if TAIL_N > 0:
         tail = gl.zeros([BLOCK_M, TAIL_N], gl.float32, tail_layout)
@@ -527,7 +527,7 @@ def pack(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def compile_sm90(config, dtype: torch.dtype = torch.bfloat16, proton: bool = False):
     """The kernel compiled for sm_90 on this machine, GPU or not (Triton's own ptxas): what
-    tests and tools/dev/fused_geglu_sass.py read the SASS of."""
+    tests and tools/dev/kernel_lab/fused_geglu_sass.py read the SASS of."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type

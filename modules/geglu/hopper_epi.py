@@ -1,6 +1,6 @@
 """The Hopper path with what fits from QuACK's gated GEMM (opt-in: "hopper-epi").
 
-docs/measurements.md, "QuACK's gated GEMM against ours, read from the source", says what each
+docs/kernel_lab.md, "QuACK's gated GEMM against ours, read from its source", says what each
 change is for. Same main loop as hopper.py's; what differs is after it: the tile order, the
 tanh and how the result leaves (in column slices from a smaller shared-memory buffer).
 """

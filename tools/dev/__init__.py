@@ -1,3 +1,5 @@
-"""The maintainers' scripts: the GPU measurements behind docs/, the checks run before them, the
-reader's benchmarks against Holistic Trace Analysis, and the generated op-name table. Run from
-the repository root: `uv run python -m tools.dev.NAME`."""
+"""The maintainers' scripts, in folders by purpose: gpu_runs/ (the GPU runs behind docs/ and the
+smoke test before them), kernel_lab/ (the kernels' probes and benches), reader_validation/ (the
+reader against HTA, at scale, on real traces), ranks/ (several GPUs), labelled/ (the labelled
+trace set); beside them the lessons' own gauges, plumbing_share and step_memory. Run from the
+repository root: `uv run python -m tools.dev.FOLDER.NAME` (`tools.dev.NAME` for the two)."""

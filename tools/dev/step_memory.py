@@ -13,13 +13,14 @@ from the written traces the same way: (events at HIGH - events at LOW) / (HIGH -
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from tracereader import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = {  # the lesson and the flags that keep it small on a CPU
@@ -50,7 +51,7 @@ def one_run(script: str, flags: list[str], active: int) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.dev.step_memory")
+    parser = Parser(prog="python -m tools.dev.step_memory")
     parser.add_argument("lessons", nargs="*", default=list(LESSONS))
     parser.add_argument("--low", type=int, default=3)
     parser.add_argument("--high", type=int, default=103)

@@ -3,8 +3,8 @@
 A collective's bus bandwidth depends on its size (small messages are latency, large ones
 bandwidth), so a ceiling taken at one size is no ceiling for another: a 537 MB all-reduce
 judged against a 256 MiB one read "104% of the link". nccl-tests sweeps sizes for that reason;
-tools/dev/link_curve.py does the same on the machine at hand, and a collective is judged against
-the curve at its own kind and size.
+tools/dev/ranks/link_curve.py does the same on the machine at hand, and a collective is judged
+against the curve at its own kind and size.
 
 Bus bandwidth, nccl-tests' busbw, for a collective over N ranks of S bytes (the whole buffer:
 the all-reduce's, the all-gather's output, the reduce-scatter's input) taking t seconds:

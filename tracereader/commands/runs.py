@@ -24,7 +24,7 @@ def _fail(message: str) -> int:
 
 def _read(stem: Path, files: dict[int, Path], each=None) -> dict:
     """The run's reading, held against the link's curve this machine measured
-    (tools/dev/link_curve.py or a lesson's --bench cached it), where it has."""
+    (tools/dev/ranks/link_curve.py or a lesson's --bench cached it), where it has."""
     result = read_run(stem, files, each)
     if not (result["device"] and result["backend"]):
         return result
@@ -33,7 +33,7 @@ def _read(stem: Path, files: dict[int, Path], each=None) -> dict:
 
 def link_curve(device: str, backend: str, world: int) -> LinkCurve | None:
     """The link's curve this machine measured for `world` ranks of `device` over `backend`
-    (tools/dev/link_curve.py or a lesson's --bench cached it); None where never measured or
+    (tools/dev/ranks/link_curve.py or a lesson's --bench cached it); None where never measured or
     damaged (the next measurement writes it anew)."""
     found = caches.cached_link_curve(caches.link_curve_key(device, backend, world))
     try:

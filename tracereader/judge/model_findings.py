@@ -24,8 +24,8 @@ from tracereader.trace.load import CAST_OPS
 from tracereader.trace.model import Step, Trace, ancestors, input_dtype, subtree
 
 SLOW = 0.5  # a GEMM below this share of the step's best aligned rate is on a slow path
-# 06_train_step.py on an H100 (docs/observations.md): AdamW's GPU time over the same 31 fp32
-# tensors, fused 1.44 ms against foreach 3.95 ms and for-loop 3.46 ms
+# 06_train_step.py on an H100 (docs/lessons/06_train_step.md): AdamW's GPU time over the same
+# 31 fp32 tensors, fused 1.44 ms against foreach 3.95 ms and for-loop 3.46 ms
 FUSED_OVER = {"foreach": 1.44 / 3.95, "for-loop": 1.44 / 3.46}
 
 

@@ -1,7 +1,7 @@
 """torch 2.15.0's op names that hold an underscore (aten, prims, inductor_prims,
 higher-order ops), for splitting Inductor's kernel names without torch.
 
-Written by tools/dev/op_names.py: run it again rather than editing."""
+Written by tools/dev/reader_validation/op_names.py: run it again rather than editing."""
 
 NAMES = """
 __and__ __iand__ __ilshift__ __ior__ __irshift__ __ixor__ __lshift__ __or__ __rshift__ __xor__

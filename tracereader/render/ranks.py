@@ -88,7 +88,7 @@ def text(result: dict) -> str:
             else:
                 lines.append(
                     "  the link: not measured at this size on this machine yet (python -m "
-                    "tools.dev.link_curve under torchrun, or the lesson's --bench)"
+                    "tools.dev.ranks.link_curve under torchrun, or the lesson's --bench)"
                 )
         else:
             lines.append("  bus bandwidth: unknown (the collective's size was not recorded)")

@@ -1,0 +1,298 @@
+"""Hostile input (tests/hostile.py says the rules) against the reader's commands: folder
+walks, world sizes and ranks no job has, traces that cannot be one job, numbers Python will not
+convert, and the commands' own exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.hostile import (
+    events,
+    files,
+    outcome,
+    rank_files,
+    run_process,
+    said_once,
+    time_bound,  # noqa: F401  (autouse: a hang fails, never blocks)
+    trace_file,
+)
+from tracereader.commands import compare, explain
+
+# --- 1. the folder walk: links, loops, depth, huge trees -------------------------------------
+
+
+def loop_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "loop"
+    folder.mkdir()
+    (folder / "a").symlink_to(".")
+    (folder / "b").symlink_to(".")
+    (folder / "up").symlink_to("..")
+    return folder
+
+
+def outside_link(tmp_path: Path) -> Path:
+    """A folder whose only runs are behind a link to a folder outside it."""
+    rank_files(tmp_path / "elsewhere" / "iteration_1")
+    folder = tmp_path / "tree"
+    folder.mkdir()
+    (folder / "iteration_1").symlink_to(tmp_path / "elsewhere" / "iteration_1")
+    return folder
+
+
+def too_deep(tmp_path: Path) -> Path:
+    rank_files(tmp_path / "deep" / "a" / "b")
+    return tmp_path / "deep"
+
+
+def dangling(tmp_path: Path) -> Path:
+    folder = tmp_path / "dangling"
+    folder.mkdir()
+    (folder / "x_rank0.json").symlink_to(tmp_path / "nowhere")
+    return folder
+
+
+def fifo(tmp_path: Path) -> Path:
+    folder = tmp_path / "fifo"
+    folder.mkdir()
+    os.mkfifo(folder / "x_rank0.json")
+    os.mkfifo(folder / "x_rank1.json")
+    return folder
+
+
+def many_names(tmp_path: Path) -> Path:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(FEW_ENTRIES + 1):
+        (folder / f"f{i}").touch()
+    return folder
+
+
+def duplicate_ranks(tmp_path: Path) -> Path:
+    folder = tmp_path / "dup"
+    rank_files(folder, "x")
+    (folder / "x_rank00.json").write_text((folder / "x_rank0.json").read_text())
+    return folder
+
+
+FEW_ENTRIES = 64
+
+WALKS = {
+    "link loop": (loop_folder, "is a folder without rank traces"),
+    "link out of the tree": (outside_link, "is a folder without rank traces"),
+    "three levels down": (too_deep, "is a folder without rank traces"),
+    "dangling rank link": (dangling, "is a folder without rank traces"),
+    "FIFOs named as ranks": (fifo, "is a folder without rank traces"),
+    "too many names": (many_names, "is a folder without rank traces"),
+    "rank0 beside rank00": (duplicate_ranks, "both name rank 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(WALKS))
+@pytest.mark.parametrize("command", ["explain", "explain --json", "compare A DIR", "compare DIR A"])
+def test_folder_walks_are_bounded_and_refused_in_one_line(
+    case, command, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("tracereader.trace.runs.MAX_ENTRIES", FEW_ENTRIES)  # the bound, smaller
+    make, words = WALKS[case]
+    folder = make(tmp_path)
+    other = trace_file(tmp_path / "a.json")
+    before = files(tmp_path)
+    argv = {
+        "explain": [str(folder)],
+        "explain --json": [str(folder), "--json"],
+        "compare A DIR": [str(other), str(folder)],
+        "compare DIR A": [str(folder), str(other)],
+    }[command]
+    main = explain.main if command.startswith("explain") else compare.main
+    started = time.monotonic()
+    code, out, err = outcome(main, argv, capsys)
+    if words == "is a folder without rank traces" and command.startswith("compare"):
+        words = str(folder)  # compare names the folder it could not use
+    said_once(code, err, words=words)
+    assert out == ""
+    assert time.monotonic() - started < 10
+    assert files(tmp_path) == before
+
+
+def test_a_huge_tree_is_answered_at_once(capsys):
+    started = time.monotonic()
+    code, _, err = outcome(explain.main, ["/usr"], capsys)
+    said_once(code, err, words="is a folder without rank traces")
+    assert time.monotonic() - started < 5
+
+
+def test_iteration_folders_one_level_down_are_still_read(tmp_path, capsys):
+    rank_files(tmp_path / "iteration_4")
+    code, out, err = outcome(explain.main, [str(tmp_path)], capsys)
+    assert code == 0 and "2 of 2 ranks" in out, err
+
+
+# --- 1. world sizes no job has ----------------------------------------------------------------
+
+WORLDS = [10**12, -5, 0, -(10**12), 2**64, True, "2", 2.0, None, [2]]
+
+
+@pytest.mark.parametrize("world", WORLDS, ids=repr)
+def test_a_world_size_no_job_has_is_said_not_built(world, tmp_path, capsys):
+    trace_file(tmp_path / "x_rank0.json", {"rank": 0, "world_size": world, "backend": "gloo"})
+    code, out, err = outcome(explain.main, [str(tmp_path)], capsys)
+    assert code == 0 and err == "" and "Traceback" not in out
+    assert "1 of 1 ranks" in out  # the world taken as unknown, the rank read
+    if world is not None:
+        assert f"records world_size {world!r}"[:40] in out and "taken as unknown" in out
+    assert f"of {world} ranks" not in out or world in (None,)
+
+
+@pytest.mark.parametrize("rank", [-1, 7, 10**15, "0"], ids=repr)
+def test_a_rank_that_cannot_be_is_said(rank, tmp_path, capsys):
+    trace_file(tmp_path / "x_rank0.json", {"rank": rank, "world_size": 2, "backend": "gloo"})
+    trace_file(tmp_path / "x_rank1.json", {"rank": 1, "world_size": 2, "backend": "gloo"})
+    code, out, err = outcome(explain.main, [str(tmp_path)], capsys)
+    assert code == 0 and err == ""
+    assert f"records rank {rank!r}" in out and "rank taken from the file name" in out
+
+
+# --- 4. traces that cannot be ranks of one job ------------------------------------------------
+
+
+def two_launches(tmp_path: Path) -> Path:
+    trace_file(tmp_path / "x_rank0.json", {"rank": 0, "world_size": 2, "backend": "gloo"},
+               collective=True)  # fmt: skip
+    trace_file(tmp_path / "x_rank1.json", {"rank": 1, "world_size": 2, "backend": "nccl"},
+               collective=True)  # fmt: skip
+    return tmp_path / "x"
+
+
+def hours_apart(tmp_path: Path) -> Path:
+    rank_files(tmp_path, "x", world=1)
+    trace_file(tmp_path / "x_rank1.json", {"rank": 1, "world_size": 2, "backend": "gloo"},
+               collective=True, start=3 * 3600e6)  # fmt: skip
+    info = {"rank": 0, "world_size": 2, "backend": "gloo"}
+    trace_file(tmp_path / "x_rank0.json", info, collective=True)
+    return tmp_path / "x"
+
+
+def no_collectives(tmp_path: Path) -> Path:
+    trace_file(tmp_path / "l" / "b1_eager.json")  # a lesson's eager and compiled traces
+    trace_file(tmp_path / "l" / "b1_compile.json")
+    return tmp_path / "l"
+
+
+NOT_ONE_JOB = {
+    "different distributedInfo": (two_launches, "different distributedInfo"),
+    "first steps hours apart": (hours_apart, "10,800 s apart"),
+    "no collective at all": (no_collectives, "no rank issued a collective"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_ONE_JOB))
+@pytest.mark.parametrize("as_json", [False, True])
+def test_traces_that_cannot_be_one_job_are_said_so(case, as_json, tmp_path, capsys):
+    make, words = NOT_ONE_JOB[case]
+    path = make(tmp_path)
+    code, out, err = outcome(explain.main, [str(path)] + (["--json"] if as_json else []), capsys)
+    assert code == 0 and err == ""
+    assert words in out
+
+
+def test_ranks_of_one_job_are_not_doubted(tmp_path, capsys):
+    code, out, _ = outcome(explain.main, [str(rank_files(tmp_path))], capsys)
+    assert code == 0 and "PROBLEM" not in out
+
+
+# --- 2. numbers Python will not convert --------------------------------------------------------
+
+HUGE = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["ts", "dur", "pid", "tid", "baseTimeNanoseconds", "args", "world_size"],
+)
+def test_a_number_past_the_int_digit_limit_is_a_malformed_event(where, tmp_path, capsys):
+    doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events()}
+    mm = doc["traceEvents"][1]
+    if where == "baseTimeNanoseconds":
+        doc[where] = "@HUGE@"
+    elif where == "world_size":
+        doc["distributedInfo"][where] = "@HUGE@"
+    elif where == "args":
+        mm["args"] = {"n": "@HUGE@"}
+    else:
+        mm[where] = "@HUGE@"
+    text = json.dumps(doc).replace('"@HUGE@"', HUGE)
+    path = tmp_path / "x_rank0.json"
+    path.write_text(text)
+    for argv in ([str(path)], [str(path), "--json"], [str(tmp_path)]):
+        code, out, err = outcome(explain.main, argv, capsys)
+        assert code == 0 and err == "" and "Traceback" not in out, err
+
+
+# --- 2. the commands' own exits: Ctrl-C, a full disk, a closed pipe ---------------------------
+
+
+@pytest.mark.parametrize("command", [explain, compare])
+@pytest.mark.parametrize(
+    ("raised", "want", "words"),
+    [
+        (KeyboardInterrupt, 130, "interrupted (Ctrl-C)"),
+        (OSError(28, "No space left on device"), 2, "cannot write the output"),
+        (OSError(5, "Input/output error"), 2, "cannot write the output"),
+    ],
+    ids=["ctrl-c", "disk full", "io error"],
+)
+def test_the_console_command_says_an_interrupt_or_a_failed_write_in_one_line(
+    command, raised, want, words, monkeypatch, capsys
+):
+    def main():
+        raise raised
+
+    monkeypatch.setattr(command, "main", main)
+    monkeypatch.setattr("tracereader.commands.shared.stdout_closed", lambda: 1)
+    with pytest.raises(SystemExit) as exit_:
+        command.cli()
+    said_once(exit_.value.code, capsys.readouterr().err, want=want, words=words)
+
+
+FIXTURE = "tests/fixtures/h100/02_linear/b1024_in32_out64_bf16_compile.json.gz"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["explain", "compare"])
+def test_stdout_to_dev_full_is_one_line_exit_2(command):
+    argv = ["-m", f"tracereader.commands.{command}", FIXTURE] + [FIXTURE] * (command == "compare")
+    with open("/dev/full", "w") as full:
+        proc = run_process(argv, stdout=full, timeout=60)
+    said_once(proc.returncode, proc.stderr, words="No space left on device")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_explain_is_exit_130_and_one_line(tmp_path):
+    """A real SIGINT while explain reads: a trace large enough to still be reading."""
+    big = tmp_path / "big.json"
+    step = events()
+    many = [dict(e, ts=e["ts"] + i * 200) for i in range(60_000) for e in step]
+    big.write_text(json.dumps({"traceEvents": many}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracereader.commands.explain", str(big)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.6)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("explain finished before the signal came")
+    said_once(proc.returncode, err, want=130, words="interrupted")

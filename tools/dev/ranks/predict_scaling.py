@@ -1,0 +1,229 @@
+"""Predict, then measure: 05's and 07's step at N GPUs of one NVLink host from what N = 1 and
+N = 2 measured and from the link's curve (tools/dev/ranks/link_curve.py), before the larger runs.
+
+    python3 -m tools.dev.ranks.predict_scaling --tp TP_DIR --train FSDP_DIR [FSDP_DIR ...] \\
+        --curve CURVE_N2.csv CURVE_N4.csv --ranks 4,8 [--out OUT_DIR]
+
+TP_DIR is tools/tp_scaling.py's output (tp_scaling.csv, rows for N = 1 and 2); each FSDP_DIR
+is tools/dev/gpu_runs/fsdp_gpu.sh's (its n<N>_<variant>.log files, N = 1 and 2, each with the
+lesson's `train-scaling:` line and phase lines). The model (its assumptions, printed with it):
+
+05 (tensor parallel, the same tokens split over N: strong scaling). Per rank the GEMMs shrink
+  as 1/N but launches and small kernels do not: compute(N) = a + b/N, fitted to compute(1) =
+  the forward at N = 1 and compute(2) = the forward at N = 2 less its all-reduce timed alone.
+  The all-reduce (tokens x dim, whatever N) cannot overlap (it needs the down GEMM's output):
+  forward(N) = compute(N) + 2(N-1)/N x bytes / curve(all-reduce, bytes, N).
+  Efficiency = forward(1) / (N x forward(N)).
+07 (FSDP2, the same tokens per rank: weak scaling). Per rank the compute stays, but AdamW
+  updates 1/N of the weights: compute(N) = step(1) - optimizer(1) x (1 - 1/N). The collectives
+  per step: per FSDP group an all-gather of its bf16 weights in the forward and, resharded,
+  again in the backward, and a reduce-scatter of its fp32 gradients; each takes
+  (N-1)/N x bytes / curve(kind, bytes, N). The part no compute hides is taken to scale with the
+  collectives' time as it did at N = 2: exposed(N) = exposed(2) x comm(N) / comm(2) (both from
+  the curve), so step(N) = compute(N) + exposed(N). Efficiency = step(1) / step(N).
+N beyond the largest curve measured: that curve (on an NVSwitch host every GPU reaches every
+other at the same rate, so bus bandwidth changes little with N: an assumption the N = 4 runs
+check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+from tracereader import LinkCurve, Parser, UsageError
+
+TRAIN_LINE = re.compile(r"^train-scaling: (.*)$", re.MULTILINE)
+SHAPE = re.compile(r"b(\d+)_s(\d+)_d(\d+)_h(\d+)_n(\d+)_l(\d+)")
+OPT_LINE = re.compile(r"^optimizer: .*GPU busy ([\d.]+) (us|ms|s) per step", re.MULTILINE)
+UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
+BF16, FP32 = 2, 4
+
+
+def group_params(*, vocab: int, dim: int, hidden: int, layers: int) -> list[int]:
+    """Parameters per FSDP group of 06/07's TinyLM: each block (two RMSNorms, qkv and out,
+    the GeGLU MLP's three), then the root (embedding, final norm, head)."""
+    block = 2 * dim + 4 * dim * dim + 3 * dim * hidden
+    return [block] * layers + [2 * vocab * dim + dim]
+
+
+def curve_for(curves: dict[int, LinkCurve], n: int) -> tuple[LinkCurve, str]:
+    if n in curves:
+        return curves[n], f"measured at N={n}"
+    top = max(k for k in curves if k <= n) if any(k <= n for k in curves) else max(curves)
+    return curves[top], f"N={top}'s curve (N={n} not measured)"
+
+
+def collective_us(curve: LinkCurve, kind: str, nbytes: float, n: int) -> float:
+    bus = curve.ceiling(kind, nbytes)
+    if bus is None:  # below the curve: at least its smallest size's time
+        smallest, bus = curve.points[kind][0]
+        nbytes = smallest
+    factor = 2 * (n - 1) / n if kind == "all-reduce" else (n - 1) / n
+    return factor * nbytes / bus * 1e6
+
+
+def predict_tp(rows: list[dict], curves, counts, dim_of) -> list[dict]:
+    out = []
+    for (shape, mode), group in _by(rows, ("shape", "mode")).items():
+        one, two = group.get(1), group.get(2)
+        if not one or not two or not two.get("allreduce_us"):
+            continue
+        c1, c2 = one["forward_us"], two["forward_us"] - two["allreduce_us"]
+        b = 2 * (c1 - c2)  # c(N) = a + b / N through (1, c1) and (2, c2)
+        a = c1 - b
+        if a < 0:  # better than 1/N from 1 to 2 (caches): take 1/N from N = 2 on
+            a, b = 0.0, 2 * c2
+        tokens, dim = dim_of(shape)
+        nbytes = tokens * dim * BF16
+        for n in counts:
+            curve, which = curve_for(curves, n)
+            comm = collective_us(curve, "all-reduce", nbytes, n)
+            forward = a + b / n + comm
+            out.append({"lesson": "05", "case": f"{shape} {mode}", "ranks": n,
+                        "step_us": forward, "comm_us": comm, "exposed_us": comm,
+                        "efficiency": c1 / (n * forward), "curve": which})  # fmt: skip
+    return out
+
+
+def predict_train(runs: dict, curves, counts, groups) -> list[dict]:
+    out = []
+    for (folder, variant), by_n in runs.items():
+        # the FSDP variants share N = 1 (no collectives there): eager's, where not their own
+        one, two = by_n.get(1) or runs.get((folder, "eager"), {}).get(1), by_n.get(2)
+        if not one or not two:
+            continue
+        reshard = "keep" not in variant
+        curve2, _ = curve_for(curves, 2)
+        comm2 = _fsdp_comm(curve2, groups, 2, reshard)
+        for n in counts:
+            curve, which = curve_for(curves, n)
+            comm = _fsdp_comm(curve, groups, n, reshard)
+            compute = one["step_us"] - one["optimizer_us"] * (1 - 1 / n)
+            exposed = two["exposed_us"] * comm / comm2 if comm2 else 0.0
+            step = compute + exposed
+            out.append({"lesson": "07", "case": f"{folder} {variant}", "ranks": n, "step_us": step,
+                        "comm_us": comm, "exposed_us": exposed,
+                        "efficiency": one["step_us"] / step, "curve": which})  # fmt: skip
+    return out
+
+
+def _fsdp_comm(curve: LinkCurve, groups: list[int], n: int, reshard: bool) -> float:
+    total = 0.0
+    for params in groups:
+        gathers = 2 if reshard else 1
+        total += gathers * collective_us(curve, "all-gather", params * BF16, n)
+        total += collective_us(curve, "reduce-scatter", params * FP32, n)
+    return total
+
+
+def _by(rows, keys):
+    found: dict = {}
+    for row in rows:
+        found.setdefault(tuple(row[k] for k in keys), {})[int(row["ranks"])] = row
+    return found
+
+
+def read_tp(folder: Path) -> list[dict]:
+    rows = []
+    with open(folder / "tp_scaling.csv") as f:
+        for row in csv.DictReader(f):
+            if row.get("status") != "ok":
+                continue
+            for key in ("forward_us", "allreduce_us", "ranks"):
+                row[key] = float(row[key]) if row.get(key) not in (None, "") else None
+            rows.append(row)
+    return rows
+
+
+def read_train(folders: list[Path]) -> tuple[dict, tuple[int, ...] | None]:
+    """{variant: {N: {step_us, exposed_us, optimizer_us}}} and the shape, from fsdp_gpu.sh logs."""
+    runs: dict = {}
+    shape = None
+    for folder in folders:
+        for log in sorted(folder.glob("n*_*.log")):
+            text = log.read_text(errors="replace")
+            found = TRAIN_LINE.findall(text)
+            if not found:
+                continue
+            values = dict(p.split("=", 1) for p in found[-1].split() if "=" in p)
+            n = int(values["ranks"])
+            variant = log.stem.split("_", 1)[1]
+            opt = OPT_LINE.search(text)
+            row = {"step_us": float(values["step_us"]),
+                   "exposed_us": float(values.get("exposed_us", 0) or 0),
+                   "optimizer_us": float(opt[1]) * UNITS[opt[2]] if opt else 0.0}  # fmt: skip
+            runs.setdefault((folder.name, variant), {})[n] = row
+            if shape is None and (m := SHAPE.search(text)):
+                shape = tuple(int(x) for x in m.groups())
+    return runs, shape
+
+
+def main(argv=None) -> int:
+    parser = Parser(prog="predict_scaling.py", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--tp", type=Path, help="tools/tp_scaling.py's folder (N = 1 and 2)")
+    parser.add_argument("--train", type=Path, nargs="*", default=[],
+                        help="tools/dev/gpu_runs/fsdp_gpu.sh's folders (N = 1, 2)")  # fmt: skip
+    parser.add_argument("--curve", type=Path, nargs="+", required=True,
+                        help="link curves (tools/dev/ranks/link_curve.py's CSVs)")  # fmt: skip
+    parser.add_argument("--ranks", default="4,8", help="the N to predict (default: 4,8)")
+    parser.add_argument("--vocab", type=int, default=32000, help="07's --vocab (fsdp_gpu.sh's)")
+    parser.add_argument("--out", type=Path, help="write prediction.json and .txt here")
+    args = parser.parse_args(argv)
+    try:
+        counts = [int(n) for n in args.ranks.split(",")]
+        curves = {}
+        for path in args.curve:
+            curve = LinkCurve.from_csv(path.read_text())
+            curves[curve.world] = curve
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read the inputs: {err}") from None
+    if min(counts) < 2:
+        raise UsageError("--ranks: predict N of 2 or more")
+    for curve in curves.values():
+        missing = [
+            k for k in ("all-reduce", "all-gather", "reduce-scatter") if k not in curve.points
+        ]
+        if missing and args.train:
+            raise UsageError(f"the {curve.world}-rank curve lacks {', '.join(missing)}: measure "
+                             "all three kinds (python -m tools.dev.ranks.link_curve)")  # fmt: skip
+        if "all-reduce" not in curve.points:
+            raise UsageError(f"the {curve.world}-rank curve lacks all-reduce")
+    rows = []
+    if args.tp:
+        tp_shapes = {"post": (64 * 128, 768), "8x": (64 * 128, 2048), "tiny": (8, 16)}
+        rows += predict_tp(read_tp(args.tp), curves, counts, lambda s: tp_shapes[s])
+    if args.train:
+        runs, shape = read_train(args.train)
+        if shape:
+            _, _, dim, hidden, _, layers = shape
+            groups = group_params(vocab=args.vocab, dim=dim, hidden=hidden, layers=layers)
+            rows += predict_train(runs, curves, counts, groups)
+    if not rows:
+        raise UsageError("nothing to predict from: no N = 1 and N = 2 results in the inputs")
+    lines = [f"{'lesson':6} {'case':28} {'N':>2} {'step us':>10} {'comm us':>10} "
+             f"{'exposed us':>10} {'efficiency':>10}  link"]  # fmt: skip
+    for r in rows:
+        lines.append(f"{r['lesson']:6} {r['case']:28} {r['ranks']:>2} {r['step_us']:>10.1f} "
+                     f"{r['comm_us']:>10.1f} {r['exposed_us']:>10.1f} "
+                     f"{r['efficiency']:>10.0%}  {r['curve']}")  # fmt: skip
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "prediction.txt").write_text(text + "\n")
+        (args.out / "prediction.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except UsageError as err:
+        print(f"predict_scaling.py: {err}", file=sys.stderr)
+        sys.exit(2)
