@@ -152,6 +152,8 @@ def parse(argv):
     return parser.parse_args(argv)
 
 
+# long: the lesson's steps in the order the post teaches them (build, check, profile, read);
+# split, the profiler loop would hide in a helper
 def main(argv=None) -> int:
     args = parse(argv)
     launch = torchrun.launched(f"{SCRIPT}.py", argv)  # rank and world size, from torchrun

@@ -230,6 +230,8 @@ def parse(argv):
     return args
 
 
+# long: the lesson's steps in the order the post teaches them (build, check, profile, read);
+# split, the profiler loop would hide in a helper
 def main(argv=None) -> int:
     args = parse(argv)
     run = cli.resolve(args)
