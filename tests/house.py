@@ -43,9 +43,7 @@ class House:
 
 
 def python_files(root: Path) -> list[Path]:
-    return sorted(
-        p for p in root.rglob("*.py") if not SKIP.intersection(p.relative_to(root).parts)
-    )
+    return sorted(p for p in root.rglob("*.py") if not SKIP.intersection(p.relative_to(root).parts))
 
 
 def dotted(root: Path, path: Path) -> str:

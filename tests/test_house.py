@@ -75,8 +75,7 @@ def test_common_and_tools_reach_the_reader_through_its_door(tmp_path):
     tree = dict(SOUND)
     tree["tools/sweep.py"] = "from tracereader.names import proton\n"
     assert house.faults(plant(tmp_path, tree)) == [
-        "tools/sweep.py:1: tracereader.names.proton: tools reaches the reader through "
-        "`tracereader`"
+        "tools/sweep.py:1: tracereader.names.proton: tools reaches the reader through `tracereader`"
     ]
 
 
