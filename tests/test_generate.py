@@ -103,6 +103,7 @@ def test_a_dynamic_cache_reads_one_key_more_every_token(tmp_path, capsys):
     assert "KV cache: 0.008 MiB held" in printed  # fp32, 17 tokens, batch 1
 
 
+@pytest.mark.slow  # FlexAttention compiled by Inductor: ~35 s on two cores
 def test_fused_projections_and_flex_attention_give_the_tokens_with_fewer_gemms(tmp_path, capsys):
     assert generate(tmp_path, "--fuse", "--attention", "flex", "--batch", "2") == 0
     printed = capsys.readouterr().out
@@ -115,6 +116,7 @@ def test_fused_projections_and_flex_attention_give_the_tokens_with_fewer_gemms(t
     )
 
 
+@pytest.mark.slow  # FlexAttention compiled by Inductor: ~30 s on two cores
 @pytest.mark.parametrize("units", [0, 8])
 def test_fusing_the_projections_keeps_the_models_logits(units):
     """qkv_proj and gate_up_proj hold the same weights: the logits of every position agree
@@ -172,7 +174,8 @@ def test_split_attention_gives_sdpas_result_and_the_references_tokens(tmp_path):
     and the cache's last, unwritten keys that would dominate if read; then the lesson with
     --attention split --fuse holds the float32 reference's tokens and its guess."""
     code = """
-import torch, llama
+import torch
+from modules import llama
 torch.manual_seed(0)
 shapes = [(1, 32, 8, 768, 128, 640), (2, 4, 2, 40, 16, 29), (1, 8, 8, 200, 64, 0),
           (3, 6, 2, 130, 32, 63), (1, 64, 2, 96, 16, 95)]
@@ -285,6 +288,7 @@ def test_transformers_generate_on_the_same_weights_gives_the_same_tokens(tmp_pat
     assert [len(phases["prefill"]), len(phases["decode"])] == [1, 3]
 
 
+@pytest.mark.slow  # imports transformers: ~2 s
 def test_transformers_model_keeps_its_rotary_frequencies_in_float32():
     """A bf16 model handed to transformers: its weights bf16, its rotary frequencies float32
     (rounded to bf16 they turn a far position's angle by radians: an H200 run's first token
@@ -381,6 +385,7 @@ def test_prefills_flops_are_its_weights_twice_per_token_and_the_causal_attention
     assert measured.prefill_gemms(fused)[(512, 4096, 2 * 14336)] == 32
 
 
+@pytest.mark.slow  # transformers' copy of the model: imports transformers
 def test_the_ruler_times_the_gemms_prefill_runs_on_the_models_own_weights():
     """The GEMMs prefill is held to are its own: the shapes and counts prefill_gemms counts
     FLOPs from, fused or not, on the weights of our model or of transformers' copy of it."""
