@@ -59,7 +59,8 @@ def files_in(tmp_path):
 # --- 04_a and 04_b: the naive attention, out of place and in place --------------------------
 
 
-@pytest.mark.parametrize("mode", ["eager", "compile"])
+# compiled: Inductor's first compile in the process, ~10 s on two busy cores: slow
+@pytest.mark.parametrize("mode", ["eager", pytest.param("compile", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("script", ["04_a_naive_attention", "04_b_inplace_ops_attention"])
 def test_naive_lessons_write_the_recorded_steps(script, mode, tmp_path, capsys):
     run_ok(script, tmp_path, *(["--compile"] if mode == "compile" else []))

@@ -127,6 +127,7 @@ def bf16_gemm():
     return x @ w, x.float() @ w.float()
 
 
+@pytest.mark.slow  # a [8192, 768] bf16 GEMM on the CPU and its check: ~2 s on two busy cores
 def test_a_correct_bf16_gemm_passes_both_checks(bf16_gemm):
     out, ref = bf16_gemm
     assert check.against_reference(out, ref, torch.bfloat16) < check.TOLERANCE[torch.bfloat16]
@@ -141,6 +142,7 @@ def test_a_correct_bf16_gemm_passes_both_checks(bf16_gemm):
     ],
     ids=["one wrong row", "eight zeroed rows", "one wrong column"],
 )
+@pytest.mark.slow  # each check of [8192, 768] outputs: ~1.5 s on two busy cores
 def test_a_few_wrong_rows_fail_even_when_the_norm_hides_them(bf16_gemm, damage):
     out, ref = bf16_gemm
     bad = out.clone()

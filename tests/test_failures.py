@@ -36,7 +36,12 @@ CPU_LESSONS = {  # the lessons that run in this process on a CPU, at a tiny shap
 }
 
 
-@pytest.mark.parametrize("lesson", list(CPU_LESSONS))
+SLOW = pytest.mark.slow  # 06's training step: ~9 s on two busy cores
+
+
+@pytest.mark.parametrize(
+    "lesson", [pytest.param(n, marks=SLOW) if n == "06_train_step" else n for n in CPU_LESSONS]
+)
 def test_the_lesson_itself_drives_the_profiler_as_the_posts_teach(lesson, tmp_path, monkeypatch):
     """The calls the posts teach are the lesson's own, not hidden in common/: its `profile`
     with an explicit schedule, a record_function per step, prof.step() for every step the
@@ -218,6 +223,7 @@ def test_sigint_to_a_real_process(tmp_path):
     assert files_under(tmp_path) == []
 
 
+@pytest.mark.slow  # 02 at [4000, 4000] run for real after the refusal: seconds
 def test_memory_estimate_refuses_what_does_not_fit(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(cli, "available_ram", lambda: 200 * 2**20)
     argv = ["--batch", "4000", "--in_dim", "1", "--out_dim", "4000"]  # ~32 MB out, ~64 MB ref
@@ -385,6 +391,7 @@ print("clean")
     assert proc.returncode == 0 and proc.stdout.strip() == "clean", proc.stderr
 
 
+@pytest.mark.slow  # compiles: Inductor's first compile in a process, ~6 s on two busy cores
 def test_the_compile_line_says_where_inductor_compiled(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
     assert run_script("02_linear", *LINEAR, "--compile", "--traces-dir", str(tmp_path)) == 0

@@ -318,6 +318,7 @@ def test_one_rank_says_fsdp2_skips_its_collectives_and_holds_to_it(tmp_path):
 NEGATIVE_QUEUE = EXTERNAL_TRACES / "hta" / "negative_queue_rank0.json.gz"
 
 
+@pytest.mark.slow  # another project's trace
 @pytest.mark.skipif(not NEGATIVE_QUEUE.is_file(), reason="no ../shared/external-traces")
 def test_collective_kinds_come_from_the_issuing_op_not_the_kernel_name():
     """HTA's 16-rank A100 trace: NCCL runs every collective there as ncclKernel_SendRecv_*;

@@ -113,6 +113,7 @@ def check_sass(result: dict) -> None:
     )
 
 
+@pytest.mark.slow  # a child process compiling six kernels for sm_90: ~20 s on two cores
 def test_compiles_for_sm90_under_the_installed_triton():
     if triton_support.INTERPRETING:
         pytest.skip("TRITON_INTERPRET=1 compiles nothing")
@@ -289,17 +290,21 @@ def test_tuner_candidates_are_distinct_and_pasteable():
     assert set(quick) <= set(lists.gluon_candidates(False)) and len(quick) <= 10
 
 
+def bench_outcome(tool: str, argv: list[str], capsys) -> tuple[int, str]:
+    """tools/dev/kernel_lab's `tool` run in this process: (exit code, stderr)."""
+    main = load_script(f"tools.dev.kernel_lab.{tool}").main
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # the parser's refusals
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("tool", ["gluon_bench", "gluon_depth"])
-def test_the_gpu_bench_refuses_a_cpu_in_one_line(tool):
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [sys.executable, "-m", f"tools.dev.kernel_lab.{tool}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 2 and done.stderr == "error: needs an SM90 GPU (H100, H200)\n"
+def test_the_gpu_bench_refuses_a_cpu_in_one_line(tool, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code, err = bench_outcome(tool, [], capsys)
+    assert code == 2 and err == "error: needs an SM90 GPU (H100, H200)\n"
 
 
 @pytest.mark.parametrize(
@@ -311,12 +316,11 @@ def test_the_gpu_bench_refuses_a_cpu_in_one_line(tool):
         (["--hidden", "0"], "must be at least 1"),
     ],
 )
-def test_the_gpu_benches_refuse_a_shape_the_kernels_cannot_take(argv, message):
+def test_the_gpu_benches_refuse_a_shape_the_kernels_cannot_take(argv, message, capsys):
     for tool in ("gluon_bench", "gluon_depth"):
-        done = subprocess.run([sys.executable, "-m", f"tools.dev.kernel_lab.{tool}", *argv],
-                              cwd=ROOT, capture_output=True, text=True)  # fmt: skip
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr
+        code, err = bench_outcome(tool, argv, capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and message in lines[0], err
 
 
 @pytest.mark.parametrize("name", ["NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H100 PCIe"])

@@ -160,6 +160,7 @@ def test_the_plain_kernels_warps_read_as_main_loop_then_epilogue():
     assert "the main loop sets the pace" in summary(gluon_proton_analysis.read(events))[1]
 
 
+@pytest.mark.slow  # two child processes compiling for sm_90 with Proton: ~60 s on two cores
 def test_the_hopper_kernel_compiles_with_paired_proton_scopes_for_sm90(tmp_path):
     """What --proton --kernel hopper runs, compiled for sm_90 here with Proton's instrumentation
     (Proton's hook, the GPU's shared memory given): the unflattened loop's scopes pair and reach

@@ -223,6 +223,7 @@ def test_convolutions_are_conv_not_gemm_or_other(name):
     assert (klass.cls, klass.joins_previous) == ("conv", False)
 
 
+@pytest.mark.slow  # other projects' ResNet-50 traces
 @needs_traces
 @pytest.mark.parametrize("relative", RESNET_2021)
 def test_resnet_2021_reads_as_convolutions_first_with_no_triton(relative):

@@ -210,6 +210,7 @@ def test_gpu_time_is_the_union_of_what_each_module_launched(tmp_path):
     assert read["outside_modules"]["other_threads_gpu_us"] == 0.0
 
 
+@pytest.mark.slow  # a real Llama step's trace rewritten and read: ~2 s
 def test_backward_kernels_on_the_autograd_thread_are_not_given_to_a_module(tmp_path, capsys):
     """One module around each Llama training step on the main thread: the forward's and the
     optimizer's work is inside it; the backward's, launched by the autograd thread where no
@@ -289,6 +290,7 @@ def test_work_launched_between_modules_on_their_thread_is_counted_apart(tmp_path
 REAL = sorted((FIXTURES / "h100/models").glob("*_modules.json.gz"))
 
 
+@pytest.mark.slow  # real model steps with their module events
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name.split("_")[0])
 def test_real_gpu_steps_recorded_with_modules_attribute_their_kernels(path, capsys):
     """Llama and ResNet-50 training steps recorded on an H100 with with_stack=True: the

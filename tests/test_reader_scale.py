@@ -111,6 +111,7 @@ def test_torchtitan_iteration_folders_and_plain_rank_names(tmp_path, capsys):
     assert "2 of 128 ranks" in explained(tmp_path, capsys=capsys)
 
 
+@pytest.mark.slow  # another project's ResNet-50 trace
 def test_the_2021_kineto_format_reads_its_steps(capsys):
     path = external("kineto/resnet50_w0_run1.pt.trace.json.gz")
     trace = trace_reader.load(path)
@@ -123,6 +124,7 @@ def test_the_2021_kineto_format_reads_its_steps(capsys):
     assert len(out.splitlines()) <= 80 and "phases" in out
 
 
+@pytest.mark.slow  # another project's trace of a whole run
 def test_a_trace_profiled_without_a_schedule_is_one_window(capsys):
     path = external("kineto/resnet50_autograd_w0.pt.trace.json.gz")
     trace = trace_reader.load(path)
@@ -133,6 +135,7 @@ def test_a_trace_profiled_without_a_schedule_is_one_window(capsys):
 # --- the summary fits one screen ----------------------------------------------------------
 
 
+@pytest.mark.slow  # other projects' traces of whole runs: ~4 s on two busy cores
 @pytest.mark.parametrize(
     "name",
     [
@@ -289,6 +292,7 @@ def test_findings_carry_their_time_at_stake_and_small_ones_are_left_out():
 MODELS = sorted((FIXTURES / "h100" / "models").glob("*.json.gz"))
 
 
+@pytest.mark.slow  # four real model steps of 3-10 MB: ~5 s on two busy cores
 @pytest.mark.parametrize("path", MODELS, ids=[p.name.split(".")[0] for p in MODELS])
 def test_a_real_model_step_fits_one_screen_and_its_busy_time_is_the_union(path, capsys):
     """transformers' Llama (training, and inference compiled with and without CUDA graphs) and

@@ -55,9 +55,14 @@ def _load(path: Path):
 
 ALL = _traces()
 IDS = [str(p.relative_to(p.parents[2])) for p in ALL]
+QUICK_BYTES = 100_000  # a larger trace (a real model's step, another project's run) is slow
+SWEEP = [
+    pytest.param(p, id=i, marks=() if p.stat().st_size < QUICK_BYTES else pytest.mark.slow)
+    for p, i in zip(ALL, IDS, strict=True)
+]
 
 
-@pytest.mark.parametrize("path", ALL, ids=IDS)
+@pytest.mark.parametrize("path", SWEEP)
 def test_busy_and_idle_fill_each_steps_gpu_window_and_the_windows_tile(path):
     trace = _load(path)
     if trace is None or not trace.steps or not trace.gpu_all:
@@ -72,7 +77,7 @@ def test_busy_and_idle_fill_each_steps_gpu_window_and_the_windows_tile(path):
         assert hi == lo  # tiled: each window starts where the one before it ends
 
 
-@pytest.mark.parametrize("path", ALL, ids=IDS)
+@pytest.mark.parametrize("path", SWEEP)
 def test_no_share_on_screen_exceeds_its_whole_and_no_finding_exceeds_the_step(path):
     trace = _load(path)
     if trace is None or not trace.steps:
@@ -97,7 +102,7 @@ def test_no_share_on_screen_exceeds_its_whole_and_no_finding_exceeds_the_step(pa
                 assert us <= row["gpu_busy_us"] * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("path", ALL, ids=IDS)
+@pytest.mark.parametrize("path", SWEEP)
 def test_phases_add_up_to_the_step_and_no_kernel_counts_twice(path):
     trace = _load(path)
     if trace is None or not trace.steps:
@@ -128,6 +133,7 @@ def test_a_gpu_that_lags_the_host_is_not_waiting_on_it():
     assert bound.message.startswith("GPU-bound") and bound.us is None
 
 
+@pytest.mark.slow  # another project's ResNet-50 trace
 @pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
 def test_kernel_wait_is_htas_to_the_microsecond_on_kinetos_resnet50():
     """HTA's kernel wait on kineto's ResNet-50 samples: 10,243 us (run1) and 10,642 us (w4),
@@ -141,6 +147,7 @@ def test_kernel_wait_is_htas_to_the_microsecond_on_kinetos_resnet50():
         assert sum(p["other_us"] for p in parts) == pytest.approx(other, abs=1)
 
 
+@pytest.mark.slow  # another project's trace
 @pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
 def test_htas_ns_resolution_trace_is_gpu_bound_with_no_host_wait():
     """Before: "GPU-bound, busy 99% of wall" beside "waiting on the host 89.5 ms"."""
@@ -216,7 +223,7 @@ def test_bf16_inference_shows_no_upcast():
         assert all(f.pct < 1 for f in found)
 
 
-@pytest.mark.parametrize("path", ALL, ids=IDS)
+@pytest.mark.parametrize("path", SWEEP)
 def test_the_summary_and_the_findings_fit_160_columns(path):
     """Lists of names (kernels, CPU ops gone) once made lines of 1,783 characters."""
     trace = _load(path)
@@ -246,6 +253,7 @@ def test_compare_lists_fit_160_columns():
     assert "triton_poi_fused__unsafe_view_mul_silu_7 x8" in screen.replace("\n", " ")
 
 
+@pytest.mark.slow  # another project's trace
 @pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
 def test_a_closing_sync_that_drains_the_queue_is_the_gpus_time_not_the_profilers():
     """HTA's negative_queue trace: 880 kernels of the last step run during the 158 ms sync
@@ -255,6 +263,7 @@ def test_a_closing_sync_that_drains_the_queue_is_the_gpus_time_not_the_profilers
     assert "880 GPU operations" in sync.message and "not the profiler's" in sync.message
 
 
+@pytest.mark.slow  # another project's trace
 @pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
 def test_first_calls_read_as_warm_up_not_overhead():
     """kineto's resnet50_autograd_w0: no steps, the first calls (cuDNN timing its algorithms,
@@ -321,6 +330,7 @@ def _pairs() -> list[tuple[Path, Path]]:
     return out
 
 
+@pytest.mark.slow  # every fixture folder's traces
 def test_byte_estimates_are_lower_bounds_per_kind_of_kernel():
     """compare's HBM estimates over every pair of fixtures of one folder and device: none
     counted above what the device's datasheet bandwidth moves in the kernel's time; the few
@@ -368,6 +378,7 @@ def test_without_a_known_device_each_estimate_says_its_cap_is_unknown(tmp_path):
      ("h200x4/07_fsdp_train", "b4_s2048_d2048_h5632_n16_l8_bf16_ddp2_eager"),
      ("h200x2/05_tp_mlp", "b64_s128_d768_h3072_bf16_tp2_eager")],
 )  # fmt: skip
+@pytest.mark.slow  # every rank of a 4-GPU run read twice: ~4 s on two busy cores
 def test_the_folder_and_one_rank_read_the_same_communication(folder, stem):
     """The same rank read alone (explain TRACE) and among its peers (explain FOLDER): one
     definition of its communication, compute and exposed time (before: 52.5% against 46%
@@ -382,6 +393,7 @@ def test_the_folder_and_one_rank_read_the_same_communication(folder, stem):
         assert row["exposed_us"] == pytest.approx(alone["exposed_us"]["median"])
 
 
+@pytest.mark.slow  # other projects' traces
 @pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
 def test_a_gpu_idle_with_work_queued_is_stalled_not_gpu_bound():
     """HTA's negative_queue (16-rank A100 job, rank 0): the GPU is busy a third of its window
@@ -392,6 +404,7 @@ def test_a_gpu_idle_with_work_queued_is_stalled_not_gpu_bound():
     assert bound.message.startswith("stalled") and bound.us > 100_000
 
 
+@pytest.mark.slow  # every pair of fixtures in a folder: ~5 s on two busy cores
 def test_compares_verdict_agrees_in_direction_with_the_steps_time():
     """Over every pair of fixtures of one folder and device: "faster" only where B's median
     step (the longer of CPU and GPU) is shorter, "slower" only where it is longer."""

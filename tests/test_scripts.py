@@ -39,7 +39,7 @@ def names_in(step, events):
 
 
 @pytest.mark.parametrize("script", list(SMALL))
-@pytest.mark.parametrize("mode", ["eager", "compile"])
+@pytest.mark.parametrize("mode", ["eager", pytest.param("compile", marks=pytest.mark.slow)])
 def test_three_active_steps_each_with_its_annotation(script, mode, tmp_path, capsys):
     extra = ["--compile"] if mode == "compile" else []
     events, annotation, trace = run_small(script, tmp_path, *extra)
@@ -69,6 +69,7 @@ def test_linear_eager_chain_is_t_then_addmm_with_no_add(tmp_path):
         assert "aten::add" not in names
 
 
+@pytest.mark.slow  # compiles with Inductor
 def test_linear_compiled_keeps_addmm_and_drops_the_view_chain(tmp_path):
     events, _, _ = run_small("02_linear", tmp_path, "--compile")
     for step in steps(events):

@@ -164,6 +164,7 @@ def test_sweep_default_variants_on_a_cpu_skip_the_gpu_only_ones(tmp_path, capsys
     assert all(r["launches"] == r["gate_up_geglu_us"] == r["replayed"] == "" for r in rows)
 
 
+@pytest.mark.slow  # torch.compile's wrapper imports Dynamo: ~5-9 s on two busy cores
 def test_sweep_builds_the_fused_variant_from_the_same_weights():
     """fused packs the weights that eager gets for the same seed, and is checked against the
     plain module built from them (FusedGeGLUMLP builds on a CPU; only its kernel needs Triton

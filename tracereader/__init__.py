@@ -11,9 +11,12 @@ Its layers, each a folder or file, import only from the ones above them in this 
                 breakdown, idle, launches, syncs, phases, tops, variation, collectives,
                 modules, a rank's summary (ranks), across ranks (cross_ranks), two traces
                 (diff), memory over time (memory), the link as a curve (linkcurve), GEMMs'
-                problems (gemms), casts (casts), and the readings the lessons print
+                problems (gemms), casts (casts), where the host's step goes (hostside),
+                the GPU's nameable causes (gpuside), memory that grows per step (growth),
+                the late rank and why (straggle), and the readings the lessons print
                 (training, sdpa, bench)
-    judge/      findings ranked by the time at stake; the lessons' declared expectations
+    judge/      findings ranked by the time at stake, the cause named first (cause,
+                cause_text); the lessons' declared expectations
     reading     one Reading per trace (a run: read_run), built once
     render/     text and JSON of a reading, of a diff, of a run: they format, compute nothing
     commands/   explain and compare: argv -> reading -> render

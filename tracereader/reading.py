@@ -21,10 +21,11 @@ from tracereader.analyses import (
     idle,
     launches,
     phases,
+    straggle,
     syncs,
     tops,
 )
-from tracereader.analyses.ranks import not_one_job, summarize
+from tracereader.analyses.ranks import base_us, not_one_job, summarize
 from tracereader.judge import findings
 from tracereader.judge.finding import Finding
 from tracereader.trace.load import Trace, TraceError, load
@@ -131,9 +132,18 @@ def read_run(
         if not trace.steps:
             raise TraceError(f"{path} holds no event this reader uses")
         readings.append(summarize(trace, rank_in_name))
+        readings[-1].profile = straggle.profile(trace, base_us(trace))
         if each is not None:
             each(trace)
         del trace
     if readings:
         readings[0].notes.extend(not_one_job(readings))
-    return cross_ranks.analyse(stem, readings, link=link)
+    result = cross_ranks.analyse(stem, readings, link=link)
+    by_rank = {r.rank: r.profile for r in readings}
+    names = {s["name"] for s in result["steps"]}  # the steps every rank recorded, matched
+    matched = {
+        r: [row for row, step in zip(p, next(x for x in readings if x.rank == r).steps,
+                                     strict=True) if step.name in names]
+        for r, p in by_rank.items()
+    }  # fmt: skip
+    return {**result, "findings": straggle.judge(matched) if len(matched) > 1 else []}

@@ -118,9 +118,18 @@ def analyse(stem: Path, readings: list[RankReading], link: LinkCurve | None = No
                     waiting[r][-1].append((call.ts, call.ts + wait))
                 launches = {r: c.launch_ts for r, c in calls.items() if c.launch_ts is not None}
                 if len(launches) == len(calls) and len(calls) > 1:
-                    # The last rank's host launched last too: its host is late; else its GPU
-                    # was still busy with earlier work.
-                    item["late"] = "host" if max(launches, key=launches.get) == arrival else "GPU"
+                    # Of the last rank's lateness (its kernel's start less the others'), the
+                    # part its kernel sat queued after its launch beyond the others' queueing
+                    # is its GPU's: where that is most of it, its GPU was still busy with
+                    # earlier work; else its host launched late (launching last alone says
+                    # nothing: a rank with extra GPU work launches a little later too).
+                    queued = {r: c.ts - launches[r] for r, c in calls.items()}
+                    lateness = calls[arrival].ts - min(
+                        c.ts for r, c in calls.items() if r != arrival
+                    )
+                    others_q = [v for r, v in queued.items() if r != arrival]
+                    extra = queued[arrival] - _median(others_q)
+                    item["late"] = "GPU" if extra > 0.5 * lateness else "host"
                 factor = coll.bus_factor(first_call.kind, group) if group and group > 1 else None
                 if size and transfer > 0 and factor:
                     item["bus_GBps"] = factor * size / (transfer * 1e-6) / 1e9

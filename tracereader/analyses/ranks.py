@@ -92,6 +92,7 @@ class RankReading:
     steps: list[RankStep]
     notes: list[str] = field(default_factory=list)
     job: str = ""  # distributedInfo but the rank: the same on every rank of one launch
+    profile: list = field(default_factory=list)  # analyses.straggle's, per step (read_run's)
 
 
 def is_collective_kernel(item: GpuItem) -> bool:
@@ -187,6 +188,12 @@ def _shown(value) -> str:
     return text if len(text) <= 24 else text[:20] + "..."
 
 
+def base_us(trace: Trace) -> float:
+    """The trace's clock offset: ts plus this is the machine's clock (baseTimeNanoseconds)."""
+    base_ns = trace.meta.get("baseTimeNanoseconds")
+    return base_ns / 1e3 if isinstance(base_ns, (int, float)) and math.isfinite(base_ns) else 0.0
+
+
 def summarize(trace: Trace, rank_in_name: int) -> RankReading:
     """One rank's trace, reduced to what the cross-rank reading needs (the trace itself can
     then be dropped: N traces of hundreds of MB need not sit in memory together)."""
@@ -218,8 +225,7 @@ def summarize(trace: Trace, rank_in_name: int) -> RankReading:
     if rank != rank_in_name:
         notes.append(f"{trace.path.name} says it is rank {rank}")
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
-    base_ns = trace.meta.get("baseTimeNanoseconds")
-    base = base_ns / 1e3 if isinstance(base_ns, (int, float)) and math.isfinite(base_ns) else 0.0
+    base = base_us(trace)
     read = _gpu_step if trace.on_gpu else _cpu_step
     steps = [read(step, base, trace) for step in trace.steps]
     job = repr(sorted((str(k), repr(v)) for k, v in info.items() if k != "rank"))

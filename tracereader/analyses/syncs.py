@@ -52,19 +52,78 @@ def _reason(call, copies: dict) -> str | None:
     return None
 
 
+def blocks(call, copies: dict) -> bool:
+    """Whether a runtime call blocked the host (copies: the step's memcpys by id of their call)."""
+    return _reason(call, copies) is not None
+
+
+# Ops that only carry a sync for the op that called them: a copy, a conversion, a scalar read.
+CARRIERS = frozenset(
+    {
+        "aten::copy_",
+        "aten::_to_copy",
+        "aten::to",
+        "aten::cpu",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::contiguous",
+        "aten::clone",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::resize_",
+        "aten::lift_fresh",
+    }
+)
+
+
+def culprit_op(call):
+    """The innermost meaningful op around a blocking call: the first op up its chain that is
+    more than a copy, conversion or scalar read (`aten::_grouped_mm` over the `aten::copy_`
+    its fp32 path reads the group offsets with, `aten::is_nonzero` over `aten::item`), else
+    the outermost of those (`aten::item`, `aten::to`: what the user called); autograd's
+    nodes are skipped. None where no op is open."""
+    chain = [op for op in ancestors(call.launcher) if "::" in op.name and
+             "autograd::" not in op.name]  # fmt: skip
+    for op in chain:
+        if op.name not in CARRIERS:
+            return op
+    if chain:
+        return chain[-1]
+    return call.launcher
+
+
+def culprit(call) -> str:
+    """culprit_op's name, else the call's own."""
+    op = culprit_op(call)
+    return op.name if op is not None else call.name
+
+
 def step(s: Step) -> list[dict]:
-    """The step's host-stalling calls by reason: count, blocked us, the op that made them."""
+    """The step's host-stalling calls by reason: count, blocked us, the op that made them (the
+    innermost meaningful op: culprit) with its input types. An item()'s count is of item()
+    calls (its copy and its wait are two runtime calls), the others' of runtime calls."""
     copies = {id(i.call): i for i in s.gpu if i.kind == "memcpy" and i.call is not None}
     rows: dict[str, dict] = {}
     for call in s.runtime:
         reason = _reason(call, copies)
         if reason is None:
             continue
-        row = rows.setdefault(reason, {"what": reason, "count": 0, "blocked_us": 0.0, "by": {}})
-        row["count"] += 1
+        row = rows.setdefault(reason, {"what": reason, "count": 0, "blocked_us": 0.0, "by": {},
+                                       "reads": set()})  # fmt: skip
+        scalar = [op for op in ancestors(call.launcher) if op.name in SCALAR_OPS]
+        if scalar:
+            row["reads"].add(id(scalar[-1]))  # one item() call, however many runtime calls
+        else:
+            row["count"] += 1
         row["blocked_us"] += call.dur
-        by = call.launcher.name if call.launcher else "(no op)"
-        row["by"][by] = row["by"].get(by, 0.0) + call.dur
+        op = culprit_op(call)
+        by = op.name if op is not None else "(no op)"
+        got = row["by"].setdefault(by, [0.0, op])
+        got[0] += call.dur
     for row in rows.values():
-        row["by"] = max(row["by"], key=row["by"].get)
+        row["count"] += len(row.pop("reads"))
+        name = max(row["by"], key=lambda k: row["by"][k][0])
+        op = row["by"][name][1]
+        row["by"] = name
+        row["by_types"] = [t for t in op.args.get("Input type", ()) if t] if op else []
     return sorted(rows.values(), key=lambda r: -r["blocked_us"])

@@ -27,6 +27,7 @@ from tracereader.commands.shared import load_or_exit, run_cli, stdout_closed
 from tracereader.reading import Reading
 from tracereader.render import trace as render
 from tracereader.render.trace import MAX_OPS
+from tracereader.trace.load import BAD_MEMORY
 
 
 def _max_ops(text: str) -> int | None:
@@ -113,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if is_run(args.trace):
             return runs.explain_main(args)
-    trace = load_or_exit(args.trace)
+    trace = load_or_exit(args.trace, memory=True)  # memory that grows is named first
+    trace.skipped.pop(BAD_MEMORY, None)  # unusable [memory] events: --memory reports them
     if args.step is not None and args.step >= len(trace.steps):
         print(
             f"error: --step {args.step}: {args.trace} has {len(trace.steps)} recorded "

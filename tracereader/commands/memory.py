@@ -70,6 +70,13 @@ def explain_main(args) -> int:
             data = render.as_dict(reading, str(png))
             trace_render.write_json(Reading(trace), sys.stdout, memory=data)
         else:
+            from tracereader.analyses import growth
+            from tracereader.judge.cause_text import growth_finding
+
+            grown = growth.read(trace)  # memory that grows every step: said first
+            first = growth_finding(grown) if grown else None
+            if first is not None:
+                print(f"first: {first.message} -> try: {first.next}")
             print(render.text(reading, args.trace, str(png)))
     except BrokenPipeError:
         return stdout_closed()

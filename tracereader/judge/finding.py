@@ -22,7 +22,8 @@ SMALL_STEP = 50
 class Finding:
     """One finding (not a dataclass: see kernel_classes.KernelClass)."""
 
-    __slots__ = ("topic", "message", "problem", "us", "pct", "next")
+    __slots__ = ("topic", "message", "problem", "us", "pct", "next", "cause", "culprit",
+                 "mib_per_step")  # fmt: skip
 
     def __init__(
         self,
@@ -32,6 +33,9 @@ class Finding:
         us: float | None = None,
         pct: float | None = None,
         next: str = "",
+        cause: str | None = None,
+        culprit: str | None = None,
+        mib_per_step: float | None = None,
     ):
         self.topic = topic
         self.message = message
@@ -39,6 +43,9 @@ class Finding:
         self.us = us  # the time at stake per step, where it can be measured
         self.pct = pct  # that time as % of the median step
         self.next = next  # what to try next
+        self.cause = cause  # the first finding's: what it names as the step's cause
+        self.culprit = culprit  # the op or region that holds it
+        self.mib_per_step = mib_per_step  # memory growth: MiB kept per step
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}

@@ -18,7 +18,7 @@ question asks about every op against every other.
 
 from __future__ import annotations
 
-from tracereader.judge import kernel_findings, model_findings, step_findings
+from tracereader.judge import cause, kernel_findings, model_findings, step_findings
 from tracereader.judge.finding import Finding, step_time
 from tracereader.trace.model import (
     Trace,
@@ -47,6 +47,14 @@ def ranked(trace: Trace) -> tuple[list[Finding], list[Finding]]:
     wall = step_time(trace)
     rest = [_at_stake(f, wall) for f in _all(trace) if f is not None]
     bound = [f for f in rest if f.topic == "bound"]
+    named = cause.first(trace)
+    if named is not None:  # the cause first, after what says the trace is damaged
+        damage = [f for f in health if not f.message.startswith("compilation inside")]
+        health = [*damage, named, *(f for f in health if f not in damage)]
+    elif bound and bound[0].us is not None and bound[0].pct and bound[0].pct >= 50:
+        why = cause.unattributed(trace)  # a generic verdict says what it could not attribute
+        if why:
+            bound = [Finding(**{**bound[0].as_dict(), "message": f"{bound[0].message} ({why})"})]
     timed = sorted(
         (f for f in rest if f.us is not None and f.topic != "bound"), key=lambda f: -f.us
     )

@@ -7,6 +7,7 @@ import re
 import statistics
 
 from tracereader.analyses import breakdown, collectives, generation, idle, syncs, variation
+from tracereader.judge.cause_text import sync_fix
 from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_text
 from tracereader.names.kernel_names import label
 from tracereader.trace import intervals
@@ -203,6 +204,14 @@ def _bound(trace: Trace) -> Finding | None:
             f"GPU-bound: {seen}: the launches keep ahead of the GPU",
             next="the top kernels and classes below are where the time goes",
         )
+    if b["host_paced"] and share <= 0.1:
+        return Finding(
+            "bound",
+            f"balanced: {seen}; the host works {b['host_work_us']:.0f} us of it (syncs aside), "
+            f"longer than the GPU is busy, and the queue drains: the launches do not keep "
+            "ahead of the GPU, the host paces the step (the profiler inflates its part)",
+            us=waits,
+        )
     return Finding(
         "bound",
         f"balanced: {seen} (the profiler inflates the CPU's part); larger shapes tip it GPU-bound",
@@ -239,7 +248,8 @@ def _syncs(trace: Trace) -> Finding | None:
     rows: dict[str, dict] = {}
     for step in trace.steps:
         for row in syncs.step(step):
-            got = rows.setdefault(row["what"], {"count": 0, "us": 0.0, "by": row["by"]})
+            got = rows.setdefault(row["what"], {"count": 0, "us": 0.0, "by": row["by"],
+                                                "types": row["by_types"]})  # fmt: skip
             got["count"] += row["count"]
             got["us"] += row["blocked_us"]
     if not rows:
@@ -264,12 +274,14 @@ def _syncs(trace: Trace) -> Finding | None:
             "busy: the loop is GPU-bound and the sync only throttles the host, at no cost",
             us=stake,
         )
+    top = max(rows.values(), key=lambda r: r["us"])  # the op behind most of it: its own fix
     return Finding(
         "sync",
         f"the host stops for the GPU {total:.0f} us per step ({parts}); the GPU then waits "
         f"for new launches up to {waits:.0f} us per step",
         us=stake,
-        next="keep values on the GPU (no .item()/.cpu() inside the step), pin host memory "
+        next=sync_fix(top["by"], top["types"])
+        or "keep values on the GPU (no .item()/.cpu() inside the step), pin host memory "
         "(pin_memory=True) and copy with non_blocking=True",
     )
 

@@ -7,6 +7,12 @@ from tracereader.render.lines import fit
 from tracereader.units import bytes_text, cell
 
 
+def _finding(f: dict) -> str:
+    """One of analyses.straggle's findings."""
+    stake = f" [{cell(f['us'] / 1e3)} ms, {f['pct']:.0f}%]" if f["pct"] is not None else ""
+    return f"  [{f['cause']}]{stake} {f['message']} -> try: {f['next']}"
+
+
 # long: the rank table's lines in the order they print, formatting only
 def text(result: dict) -> str:
     on_gpu = result["device"] is not None
@@ -17,6 +23,7 @@ def text(result: dict) -> str:
         "recorded steps on every rank)"
     ]
     lines += [f"  PROBLEM: {p}" for p in result["problems"]]
+    lines += [_finding(f) for f in result.get("findings", [])[:2]]  # the cause first
     lane = "GPU work" if on_gpu else "CPU time on the step's thread"
     lines.append(f"per rank ({lane}, us; each column its own median over the recorded steps):")
     header = f"  {'rank':>4} {'step':>10} {'compute':>10} {'comm':>10} {'exposed':>10}"

@@ -15,7 +15,8 @@ recorded steps launched, HTA's scope on a trace with steps; null without steps),
 GPU time, is null without module events; `phase`, "decode" where a generation's per-step
 spreads are over its decode steps alone, else null: added keys, so the schema stays 2),
 `steps` (every step in full: GPU work with footprints, CPU ops) and `findings` (all of them,
-with the time at stake; `shown` false for those the text leaves out).
+with the time at stake; `shown` false for those the text leaves out; `cause`, `culprit` and
+`mib_per_step`, added keys, null but on the cause named first: judge.cause).
 """
 
 from __future__ import annotations
@@ -63,12 +64,20 @@ def _header(trace: Trace) -> str:
     return f"trace: {trace.path} ({device}{rank}; {unit})"
 
 
+def _first(reading: Reading) -> list[str]:
+    """The cause named first (judge.cause), in one line under the header: in full it heads
+    the findings below."""
+    first = reading.findings[0] if reading.findings else None
+    return ["first: " + finding_line(first).strip()] if first is not None and first.cause else []
+
+
 # long: the summary's lines in the order they print, formatting only
 def summary_lines(reading: Reading) -> list[str]:
     trace, data = reading.trace, reading.summary
     unit = "step" if trace.unit == "step" else "window"
     lines = [_header(trace)]
     lines += generation_lines(data.get("generation"))
+    lines += _first(reading)
     phase = f" {data['phase']}" if data.get("phase") else ""
     recorded = f" of the {len(trace.steps)} recorded" if phase else ""
     lines.append(
@@ -130,8 +139,13 @@ def summary_lines(reading: Reading) -> list[str]:
     if data["top_ops_by_self"]:
         lines.append("top CPU ops by self time (all steps):")
         for op in data["top_ops_by_self"][:5]:
+            wait = op.get("backward_wait_us", 0.0)
+            waited = ""
+            if wait >= 0.01 * max(op["self_us"], 1.0):
+                waited = f"; and {duration(wait)} waiting in backward(), not counted"
             lines.append(
-                f"  {_cut(op['name'], 50):<50} {duration(op['self_us']):>10} (x{op['count']})"
+                f"  {_cut(op['name'], 50):<50} {duration(op['self_us']):>10} "
+                f"(x{op['count']}{waited})"
             )
     if data["phases"]:
         lines.append(f"phases (the last {unit}):        CPU      GPU busy")
@@ -140,15 +154,7 @@ def summary_lines(reading: Reading) -> list[str]:
                 f"  {p['phase']:<20} {duration(p['cpu_us']):>10} {duration(p['gpu_us']):>10}"
             )
     lines += module_lines(data["modules"], unit, trace.on_gpu)
-    la = data["launches"]
-    if la["kernels"]:
-        lines.append(
-            f"launches: {la['kernels']} kernels, delay launch->start median "
-            f"{duration(la['launch_delay_us']['median'])} (p90 "
-            f"{duration(la['launch_delay_us']['p90'])}), {la['shorter_than_launch']} shorter "
-            f"than their launch call, queue depth median {la['queue_depth']['median']:g} "
-            f"max {la['queue_depth']['max']}"
-        )
+    lines += _launch_lines(data["launches"])
     for s in data["syncs"][:3]:
         lines.append(
             f"host stalls: {s['what']} x{s['count']}, blocked {duration(s['blocked_us'])} "
@@ -528,3 +534,22 @@ def step_summary(step: Step, row: dict) -> str:
     """`row`: the step's breakdown (Reading.steps)."""
     busy = row["gpu_busy_us"]
     return f"{step.name}: CPU {step.dur:.0f} us, GPU busy {busy:.1f} us ({len(step.gpu)} GPU items)"
+
+
+def _launch_lines(la: dict) -> list[str]:
+    """The launches' line: a CUDA graph's replay is one launch of many kernels, told apart."""
+    replays = la.get("graph_launches", 0)
+    if not la["kernels"] and not replays:
+        return []
+    if replays:
+        what = (f"{la['kernels']} kernels one by one and {replays} CUDA graph replays (one "
+                f"launch each, {la['graph_kernels']} kernels in all)")  # fmt: skip
+    else:
+        what = f"{la['kernels']} kernels"
+    return [
+        f"launches: {what}, delay launch->start median "
+        f"{duration(la['launch_delay_us']['median'])} (p90 "
+        f"{duration(la['launch_delay_us']['p90'])}), {la['shorter_than_launch']} "
+        f"{'of those one by one ' if replays else ''}shorter than their launch call, queue "
+        f"depth median {la['queue_depth']['median']:g} max {la['queue_depth']['max']}"
+    ]

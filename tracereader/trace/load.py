@@ -120,6 +120,9 @@ MAX_ABS_TS = 1e17
 MAX_DUR = 1e13
 
 
+BAD_MEMORY = "[memory] events without numeric args"  # Trace.skipped's reason for them
+
+
 class TraceError(Exception):
     """The file is not a readable profiler trace."""
 
@@ -158,10 +161,11 @@ def _load(path: Path, events: _Events) -> Trace:
         events.skipped,
         events.modules,
     )
+    trace.annotations = frozenset(events.annotations)
     trace.memory = None  # the allocator's events (trace.memory.MemoryEvents) where asked
     if events.memory is not None:
         if events.memory.bad:
-            trace.skipped["[memory] events without numeric args"] += events.memory.bad
+            trace.skipped[BAD_MEMORY] += events.memory.bad
         trace.memory = events.memory.finish(threads)
     return trace
 
@@ -415,6 +419,7 @@ class _Events:
         self.by_correlation: dict[int, RuntimeCall] = {}
         self.items: list[GpuItem] = []
         self.modules: dict[object, list[Module]] = {}  # by thread
+        self.annotations: set[str] = set()  # names recorded as user_annotation
         self.skipped: Counter = Counter()
         self.seen = 0
         self.memory = None  # a trace.memory.Collector when the allocator's events are wanted
@@ -502,6 +507,8 @@ class _Events:
             ops = self.ops.get(thread)
             if ops is None:
                 ops = self.ops[thread] = []
+            if cat == "user_annotation":
+                self.annotations.add(name)
             if "Input Dims" in args or "Input type" in args or "Collective name" in args:
                 kept = self._cpu_args(args)
                 if name in CAST_OPS:  # the dtype cast to: record_shapes' second concrete input

@@ -243,6 +243,9 @@ class Trace:
         # (None: outside every module). Both empty without module events.
         self.modules = [] if modules is None else modules
         self.module_of_call = {} if module_of_call is None else module_of_call
+        # the names recorded as user_annotation (record_function): the user's regions, and
+        # torch's own ones (ProfilerStep, DataLoader, Optimizer, compiled regions)
+        self.annotations: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"Trace(path={self.path!r}, steps={len(self.steps)}, device={self.device!r})"

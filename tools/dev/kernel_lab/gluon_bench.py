@@ -310,8 +310,8 @@ def time_forwards(args, mlp, x, best, named: list[str], quacks: dict) -> None:
         report(interleaved(graph_calls(fcalls)), against, 6 * M * dim * hidden)
 
 
-def main() -> int:
-    args, named = parse()
+def main(argv: list[str] | None = None) -> int:
+    args, named = parse(argv)
     if args is None:
         print(f"error: {named}", file=sys.stderr)
         return 2

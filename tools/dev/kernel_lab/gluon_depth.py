@@ -26,10 +26,10 @@ from modules.geglu import fused as fused_geglu
 from tools.dev.kernel_lab import gluon_bench
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     gluon_bench.shape_args(parser)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if why := gluon_bench.refusal(args):
         print(f"error: {why}", file=sys.stderr)
         return 2

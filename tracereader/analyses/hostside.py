@@ -1,0 +1,294 @@
+"""Where the host's time goes in a step: the step thread's span split by what it runs, each
+instant given to the first of these that covers it (so the parts add up to the step):
+
+  compilation      Dynamo's and Inductor's own work (their timed phases, autotuning)
+  data loader      `enumerate(DataLoader)#...` and regions named like loading or collating
+  optimizer        `Optimizer.step#...` / `Optimizer.zero_grad#...`, a region named optimizer
+  syncs            runtime calls that block the host until the GPU catches up (syncs.py)
+  recompute        inside the backward, the forward run again (gradient checkpointing): the
+                   backward nodes that replay it
+  autograd thread  the step thread waiting inside backward() while autograd's thread runs the
+                   backward's ops (kineto shows the wait, not Python overhead)
+  user code        a region of the user's (record_function) holding long stretches with no op:
+                   its self time, where it averages SPARSE_US or more per op it calls
+  dispatch         the rest of the time inside ops: the dispatcher issuing many small ops and
+                   their launches
+  Python between ops  the rest of the time inside regions: the Python around those ops
+                   (nn.Module calls, a library's loop such as transformers' generate)
+  other            the rest of the step: no op open (the loop's own Python, unannotated)
+
+Beside it, what the syncs cost the GPU: per step, the GPU idle that follows a blocking call
+inside the step, from the call's return to the next sync: the gaps closed by work the host
+launched only after the gap opened (the GPU starved, nothing queued); a sync that
+closes the step (nothing launched after it in the step) is counted apart, as `end_us`: it
+drains the queue once per step.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import statistics
+from bisect import bisect_right
+from collections import Counter
+
+from tracereader.analyses import syncs
+from tracereader.analyses.gpuside import FORWARD_ONLY
+from tracereader.trace import intervals
+from tracereader.trace.model import CpuOp, Step, Trace, ancestors, per_step
+
+ORDER = ("compilation", "data loader", "optimizer", "syncs", "recompute", "autograd thread",
+         "user code", "dispatch", "Python between ops", "other")  # fmt: skip
+# what fewer, larger launches (torch.compile, CUDA graphs) remove together
+LAUNCH_BOUND = ("autograd thread", "dispatch", "Python between ops")
+SPARSE_US = 100.0  # a region's self time per op it calls, above which it is the user's code
+COMPILE = re.compile(
+    r"\(dynamo_timed\)$|^(dynamo|entire_frame_compile|backend_compile|inductor_compile|"
+    r"fx_codegen_and_compile|code_gen|async_compile|compile_attempt_\d+)$|compile_id=|"
+    r"^(_compile\.compile_inner|compile_inner|compile_fx_inner|CompileFx|"
+    r"OutputGraph\.call_user_compiler|create_aot_dispatcher_function|CachingAutotuner\.)"
+)
+DATA = re.compile(
+    r"DataLoader|^(load|collate|fetch|read|get|next)_?(batch|data|sample)s?\b|^data_?load|"
+    r"^load_data|pin_memory",
+    re.IGNORECASE,
+)
+BACKWARD = re.compile(r"^(## )?backward$")  # the loop's own region around loss.backward()
+OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#|^(## )?optimizer(\.step)?$|^optim$")
+_PLAIN = re.compile(r"^[A-Za-z_][\w.]*$")  # a region's name as a user writes it
+
+
+def is_region(op: CpuOp, trace: Trace) -> bool:
+    """A record_function region: recorded as user_annotation (where the trace says), else a
+    plain name no op has (older formats record annotations as ops)."""
+    if trace.annotations:
+        return op.name in trace.annotations and not op.name.startswith("ProfilerStep#")
+    return _plain(op.name)
+
+
+@functools.lru_cache(maxsize=8192)  # names repeat every step
+def _plain(name: str) -> bool:
+    return bool(_PLAIN.match(name)) and "::" not in name
+
+
+@functools.lru_cache(maxsize=32768)
+def _says(pattern: re.Pattern, name: str) -> bool:
+    return pattern.search(name) is not None
+
+
+def _blocking(s: Step) -> list:
+    """The step's runtime calls that blocked its host, with what blocked it."""
+    copies = {id(i.call): i for i in s.gpu if i.kind == "memcpy" and i.call is not None}
+    return [c for c in s.runtime if syncs._reason(c, copies) is not None]
+
+
+def sync_culprit(call) -> str:
+    """The op a user wrote that synced: syncs.culprit, the innermost meaningful op around the
+    call (`aten::is_nonzero` over `aten::item`, `aten::_grouped_mm` over its offsets' copy)."""
+    return syncs.culprit(call)
+
+
+def _cover(ops, pattern) -> list:
+    return intervals.union((op.ts, op.end) for op in ops if _says(pattern, op.name))
+
+
+def _user_code(s: Step, trace: Trace, span) -> tuple[list, Counter]:
+    """The self time of sparse regions (their stretches with no op), and per region its us."""
+    children: dict[int, list[CpuOp]] = {}
+    for op in s.cpu_ops:
+        if op.parent is not None:
+            children.setdefault(id(op.parent), []).append(op)
+    parts, by = [], Counter()
+    for op in s.cpu_ops:
+        if not is_region(op, trace) or _says(DATA, op.name) or _says(OPTIMIZER, op.name):
+            continue
+        kids = children.get(id(op), [])
+        own = intervals.subtract([(op.ts, op.end)], intervals.union((k.ts, k.end) for k in kids))
+        self_us = intervals.length(own)
+        if self_us / max(len(kids), 1) >= SPARSE_US:
+            parts += own
+            by[op.name] += self_us
+    return intervals.intersect(intervals.union(parts), span), by
+
+
+def recomputed(s: Step) -> list:
+    """The spans of the backward nodes that run the forward again (a gpuside.FORWARD_ONLY op
+    under an autograd node: the checkpoint's unpack hook replays the region there); the node's
+    own gradient is a small part of it."""
+    spans: dict[int, tuple[float, float]] = {}
+    for op in (*s.other_ops, *s.cpu_ops):
+        if op.name not in FORWARD_ONLY:
+            continue
+        node = None
+        for up in ancestors(op.parent):
+            if "Backward" in up.name or up.name.startswith("autograd::engine"):
+                node = up
+                break
+            if up.name in FORWARD_ONLY:
+                break  # counted at the outer forward op
+        if node is not None:
+            outer = ancestors(node)[-1] if node.name.startswith("autograd::") else node
+            outer = next((u for u in ancestors(node) if u.name.startswith("autograd::engine")),
+                         outer)  # fmt: skip
+            spans[id(outer)] = (outer.ts, outer.end)
+    return intervals.union(spans.values())
+
+
+def _within(ops: list[CpuOp], parts: list) -> list[float]:
+    """Per op, the length of its span inside `parts` (sorted, disjoint intervals)."""
+    ends = [b for _, b in parts]
+    out = []
+    for op in ops:
+        us, j = 0.0, bisect_right(ends, op.ts)
+        while j < len(parts) and parts[j][0] < op.end:
+            us += max(min(parts[j][1], op.end) - max(parts[j][0], op.ts), 0.0)
+            j += 1
+        out.append(us)
+    return out
+
+
+def _outer_op(op: CpuOp, trace: Trace) -> bool:
+    """An op (not a region) with no op above it: regions may hold it."""
+    parent = op.parent
+    while parent is not None:
+        if not is_region(parent, trace):
+            return False
+        parent = parent.parent
+    return True
+
+
+def _named(parts: list, ops, pattern) -> Counter:
+    by = Counter()
+    for op in ops:
+        if _says(pattern, op.name) and (op.parent is None or not _says(pattern, op.parent.name)):
+            by[op.name] += intervals.length(intervals.intersect([(op.ts, op.end)], parts))
+    return by
+
+
+@per_step
+def step(s: Step, trace: Trace) -> dict:
+    """{"us": {category: us}, "culprits": {category: Counter of names}} for one step."""
+    span = [(s.ts, s.end)]
+    left = span
+    out: dict[str, float] = {}
+    culprits: dict[str, Counter] = {}
+
+    def take(name: str, parts: list, by: Counter) -> None:
+        nonlocal left
+        got = intervals.intersect(left, intervals.union(parts))
+        out[name] = intervals.length(got)
+        left = intervals.subtract(left, got)
+        culprits[name] = by
+
+    ops = s.cpu_ops
+    compile_parts = _cover(ops, COMPILE)
+    take("compilation", compile_parts, Counter({"torch.compile": intervals.length(compile_parts)}))
+    data = _cover(ops, DATA)
+    take("data loader", data, _named(data, ops, DATA))
+    optimizer = _cover(ops, OPTIMIZER)
+    take("optimizer", optimizer, _named(optimizer, ops, OPTIMIZER))
+    blocked = [c for c in _blocking(s) if c.launcher is None or c.launcher.index >= 0]
+    by = Counter()
+    for call in blocked:
+        by[sync_culprit(call)] += call.dur
+    take("syncs", [(c.ts, c.end) for c in blocked], by)
+    again = recomputed(s)
+    take("recompute", again, Counter({"checkpointed forward": intervals.length(again)}))
+    autograd = [(op.ts, op.end) for op in s.other_ops if op.parent is None]
+    autograd += [(op.ts, op.end) for op in ops if op.parent is None and _says(BACKWARD, op.name)]
+    take("autograd thread", autograd, Counter({"backward (autograd thread)": 1.0}))
+    user, by = _user_code(s, trace, span)
+    take("user code", user, by)
+    region = [is_region(op, trace) for op in ops]
+    calls = [op for op, r in zip(ops, region, strict=True) if not r and _outer_op(op, trace)]
+    by = Counter()  # by the outermost region holding the op (the loop's forward), else op
+    for op, us in zip(calls, _within(calls, left), strict=True):
+        by[ancestors(op)[-1].name] += us
+    take("dispatch", [(op.ts, op.end) for op in calls], by)
+    tops = [op for op, r in zip(ops, region, strict=True) if r and op.parent is None]
+    by = Counter()
+    for op, us in zip(tops, _within(tops, left), strict=True):
+        by[op.name] += us
+    take("Python between ops", [(op.ts, op.end) for op in tops], by)
+    out["other"] = intervals.length(left)
+    culprits["other"] = Counter({"(no op open: the loop's own Python)": 1.0})
+    return {"us": out, "culprits": culprits}
+
+
+def read(trace: Trace) -> dict | None:
+    """Per category its median us per step (they add up to about the median step) and the
+    name that holds most of it over the steps; None without steps."""
+    if not trace.steps:
+        return None
+    rows = [step(s, trace) for s in trace.steps]
+    median = {k: statistics.median(r["us"][k] for r in rows) for k in ORDER}
+    names: dict[str, Counter] = {k: Counter() for k in ORDER}
+    for r in rows:
+        for k in ORDER:
+            names[k].update(r["culprits"][k])
+    return {
+        "host_us": statistics.median(s.dur for s in trace.steps),
+        "us": median,
+        "culprit": {k: (names[k].most_common(1)[0][0] if names[k] else None) for k in ORDER},
+    }
+
+
+def _union_launched(trace: Trace) -> list[list[float]]:
+    """The union of the trace's GPU work as [start, end, launch of the item that opens it]."""
+    union: list[list[float]] = []
+    for item in trace.gpu_all:  # in start order
+        launch = item.call.ts if item.call is not None else float("-inf")
+        if union and item.ts <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], item.end)
+        else:
+            union.append([item.ts, item.end, launch])
+    return union
+
+
+def _starved(union: list, k: int, until: float) -> float:
+    """The GPU's idle from busy interval k-1's end up to `until` (the next sync), in the gaps
+    closed by work launched only after they opened: the host had nothing queued."""
+    idle = 0.0
+    while 0 < k < len(union) and union[k][0] <= until:
+        start = union[k - 1][1]
+        if union[k][2] >= start:
+            idle += union[k][0] - start
+        k += 1
+    return idle
+
+
+def sync_costs(trace: Trace) -> dict | None:
+    """What the syncs inside the steps cost the GPU (see the module's doc), median per step:
+    {"us", "end_us", "count", "culprit"}; None without GPU work or syncs."""
+    if not trace.gpu_all or not trace.steps:
+        return None
+    union = _union_launched(trace)
+    ends = [u[1] for u in union]
+    rows, names = [], Counter()
+    for s in trace.steps:
+        launches = sorted(i.call.ts for i in s.gpu if i.call is not None)
+        blocking = _blocking(s)
+        stops = [c.ts for c in blocking[1:]] + [float("inf")] * bool(blocking)
+        inside = end = 0.0
+        sites = set()  # the ops that synced: an item() is a copy and a wait, one sync
+        for call, stop in zip(blocking, stops, strict=True):
+            k = bisect_right(ends, call.end)  # the first busy interval ending after the return
+            if k >= len(union) or union[k][0] <= call.end:
+                continue  # the GPU was busy when the call returned: it idled for nothing
+            if bisect_right(launches, call.end) < len(launches):
+                cost = _starved(union, k, stop)
+                inside += cost
+                op = syncs.culprit_op(call)
+                sites.add(id(op) if op is not None else id(call))
+                names[op.name if op is not None else call.name] += cost
+            else:
+                end += union[k][0] - union[k - 1][1] if k else 0.0
+        rows.append((inside, end, len(sites)))
+    if not any(r[0] or r[1] for r in rows):
+        return None
+    return {
+        "us": statistics.median(r[0] for r in rows),
+        "end_us": statistics.median(r[1] for r in rows),
+        "count": statistics.median(r[2] for r in rows),
+        "culprit": names.most_common(1)[0][0] if names else None,
+    }
