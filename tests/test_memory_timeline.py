@@ -87,9 +87,9 @@ def test_command_prints_the_peak_and_writes_the_png(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]  # no temporary file left
 
 
-def test_png_goes_beside_the_trace_by_default_and_json_carries_the_reading(tmp_path, capsys):
-    trace = tmp_path / TRACE.name
-    shutil.copy(TRACE, trace)
+def test_png_goes_to_the_working_folder_and_json_carries_the_reading(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the trace stays where it is (a fixture): nothing lands there
+    trace = TRACE
     assert explain.main([str(trace), "--memory", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     png = tmp_path / "llama_train_wrapped_l8_h2048_b4_s1024_bf16_memory.memory.png"
@@ -227,7 +227,8 @@ def test_a_tiny_trace_has_its_exact_peak_and_owners(tmp_path):
     assert memory.op_name(trace.memory.op[c]) == "aten::_to_copy"  # past the helper
 
 
-def test_a_tiny_trace_through_the_command(tmp_path, capsys):
+def test_a_tiny_trace_through_the_command(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     path = _tiny(tmp_path / "tiny.json")
     assert explain.main([str(path), "--memory"]) == 0
     out = capsys.readouterr().out

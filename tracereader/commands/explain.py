@@ -84,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--memory-png",
         metavar="PATH",
         help="where --memory writes its PNG (a folder: <trace stem>.memory.png in it; "
-        "default: beside the trace, so that the plot stays with what it plots)",
+        "default: the working folder, never beside the trace; a link, device, FIFO or the "
+        "trace itself is refused)",
     )
     parser.add_argument(
         "--proton",

@@ -1,7 +1,11 @@
 """`explain --memory TRACE`: the memory reading of a trace recorded with profile_memory=True,
 printed, and drawn into a PNG that is published whole or not at all (written under a
 temporary name beside it, then renamed). A trace without memory events, a file that is not a
-trace, or a PNG path that cannot be written: one line on stderr, exit code 2, no file left."""
+trace, or a PNG path that cannot be written: one line on stderr, exit code 2, no file left.
+
+The PNG goes into the working folder (never beside the trace, which may be a repository's
+fixture), or where --memory-png says. It replaces only a regular file, by rename: a path that
+is the trace itself, a link, a device, a FIFO or a folder is refused before any work."""
 
 from __future__ import annotations
 
@@ -16,16 +20,32 @@ from tracereader.render import memory as render
 
 
 def png_path(trace: str, asked: str | None) -> Path:
-    """Where the PNG goes: `asked` (a folder: the default name in it), else beside the trace,
-    `<trace stem>.memory.png` (the stem without .json / .json.gz)."""
+    """Where the PNG goes: `asked` (a folder: the default name in it), else the working
+    folder, `<trace stem>.memory.png` (the stem without .json / .json.gz)."""
     name = Path(trace).name
     for suffix in (".gz", ".json"):
         name = name.removesuffix(suffix)
     default = f"{name}.memory.png"
     if asked is None:
-        return Path(trace).with_name(default)
+        return Path.cwd() / default
     path = Path(asked)
-    return path / default if path.is_dir() else path
+    return path / default if path.is_dir() and not path.is_symlink() else path
+
+
+def refusal(trace: str, asked: str | None, png: Path) -> str | None:
+    """Why the PNG may not be written at `png`, or None: only a new file or a regular file
+    that is not the trace being read is replaced (by rename, never written through)."""
+    if asked == "":
+        return "--memory-png is empty: name a file or a folder"
+    if png.is_symlink():
+        return f"--memory-png {png} is a link: name the file itself"
+    if not png.exists():
+        return None
+    if not png.is_file():
+        return f"--memory-png {png} is not a regular file (a folder, device or FIFO)"
+    if png.samefile(trace):
+        return f"--memory-png {png} is the trace being read"
+    return None
 
 
 def _fail(message: str) -> int:
@@ -43,6 +63,9 @@ def write_png(reading: dict, path: Path, title: str) -> None:
     try:
         with os.fdopen(fd, "wb") as out:
             memory_plot.draw(reading, out, title)
+        umask = os.umask(0)  # read it (it can only be read by setting it), then put it back
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp's 0600, as any new file would be
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -50,6 +73,10 @@ def write_png(reading: dict, path: Path, title: str) -> None:
 
 
 def explain_main(args) -> int:
+    png = png_path(args.trace, args.memory_png)
+    refused = refusal(args.trace, args.memory_png, png)
+    if refused:
+        return _fail(refused)
     trace = load_or_exit(args.trace, memory=True)
     reading = memory.read(trace)
     if not reading["devices"]:
@@ -57,7 +84,6 @@ def explain_main(args) -> int:
             f"{args.trace} has no memory events (record it with "
             f"torch.profiler.profile(profile_memory=True))"
         )
-    png = png_path(args.trace, args.memory_png)
     try:
         write_png(reading, png, f"{Path(args.trace).name}: allocated memory")
     except OSError as err:
