@@ -32,6 +32,7 @@ from tracereader.trace.model import Trace
 # microsecond timestamps: 30 us in effect, the threshold its kernel wait is measured with.
 KERNEL_WAIT_US = 30.0
 _memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_bounds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # bound()'s, read once
 
 
 def windows(trace: Trace) -> list[tuple[float, float]]:
@@ -140,6 +141,13 @@ def bound(trace: Trace) -> dict | None:
     None without GPU work. The one rule explain and compare both say."""
     if not trace.steps or not trace.gpu_all:
         return None
+    found = _bounds.get(trace)
+    if found is None:
+        found = _bounds[trace] = _bound(trace)
+    return dict(found)
+
+
+def _bound(trace: Trace) -> dict:
     import statistics
 
     parts = split(trace)
@@ -175,7 +183,9 @@ def host_work(step) -> float:
     """The host's own work in a step: its span less the time its calls blocked it on the GPU
     (syncs.py): a host throttled by a GPU that lags is not slow itself."""
     copies = {id(i.call): i for i in step.gpu if i.kind == "memcpy" and i.call is not None}
-    blocked = sum(c.dur for c in step.runtime if syncs.blocks(c, copies))
+    sync_calls = syncs.SYNC_CALLS
+    maybe = [c for c in step.runtime if c.name in sync_calls or id(c) in copies]  # the rest launch
+    blocked = sum(c.dur for c in maybe if syncs.blocks(c, copies))
     return max(step.dur - blocked, 0.0)
 
 

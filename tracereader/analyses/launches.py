@@ -32,7 +32,11 @@ def read(trace: Trace) -> dict:
     for step in trace.steps:
         ends: list[float] = []  # a heap of the ends of the launches still queued or running
         for call, items in _launches(step):
-            start, end = min(i.ts for i in items), max(i.ts + i.dur for i in items)
+            if len(items) == 1:
+                start = items[0].ts
+                end = start + items[0].dur
+            else:
+                start, end = min(i.ts for i in items), max(i.ts + i.dur for i in items)
             if call.name.startswith(GRAPH_LAUNCH):
                 replays += 1
                 graph_kernels += len(items)

@@ -26,7 +26,11 @@ cannot be made, and each estimate says "cap unknown".
 At model scale: step wall time and GPU busy (union) A vs B, time by class, kernels gone, new
 and changed by grouped name (per-step totals), CPU ops whose count or time changed (as HTA's
 TraceDiff), nn.Modules (by path) whose GPU time (CPU time on CPU traces) changed, where both
-traces carry module events (with_stack=True), and a verdict in one line.
+traces carry module events (with_stack=True), and a verdict in one line: faster or slower
+only where the change outruns the steps' noise (each side's band: the interquartile range of
+its step times from 4 steps, so one slow step does not widen it; the full range below that),
+else "not measurably different". Each extra kernel is listed with its own time beside its own
+byte estimate.
 
 A trace without ProfilerStep is read as one window, as explain reads it. A file that is not a
 usable trace (unreadable, not JSON, no event the reader uses) is one line on stderr and exit
