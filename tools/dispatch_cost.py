@@ -32,7 +32,7 @@ from modules import triton_support
 from modules.geglu import fused as fused_geglu
 from modules.geglu import hopper
 from modules.models import GeGLUMLP
-from tracereader import Parser
+from tracereader import Parser, run
 
 
 def empty_ops():
@@ -122,4 +122,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

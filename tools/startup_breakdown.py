@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from tracereader import Parser
+from tracereader import Parser, run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,4 +127,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -24,7 +24,7 @@ from common.measuring import timing
 from modules.geglu import fused as fused_geglu
 from modules.models import GeGLUMLP
 from tools.tune_fused_mlp import gpu_state
-from tracereader import Parser
+from tracereader import Parser, run
 
 
 def main() -> int:
@@ -59,4 +59,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -63,6 +63,7 @@ from tools.fused_mlp_timing import (
     queued_us,
     rel_err,
 )
+from tracereader import Parser, run
 
 DTYPES = {name: cli.DTYPES[name] for name in ("bf16", "fp16")}  # the tensor cores' types
 ROUNDS = 5  # round-robin passes over the whole forwards
@@ -108,9 +109,7 @@ class Shape:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--m", type=int, default=8192, help="tokens: batch x seq (default: 8192)")
     parser.add_argument("--dim", type=int, default=768)
     parser.add_argument("--hidden", type=int, default=3072)
@@ -570,4 +569,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

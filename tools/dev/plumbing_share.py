@@ -44,6 +44,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracereader import Parser, run
+
 # the repository: the folder above this file that holds pyproject.toml (wherever tools/ puts it)
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 LIMIT = 0.25  # the share no lesson may exceed (tests/test_plumbing_share.py)
@@ -292,9 +294,7 @@ def page(shares: list[Share], date: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("lessons", nargs="*", help="lesson files (default: every lesson)")
     parser.add_argument("--lines", action="store_true", help="print each plumbing line")
     parser.add_argument(
@@ -328,4 +328,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tracereader import Parser
+from tracereader import Parser, run
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = {  # the lesson and the flags that keep it small on a CPU
@@ -68,4 +68,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracereader import Parser
+from tracereader import run as run_main
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -206,4 +207,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -14,11 +14,14 @@ bandwidth = the bytes it must read / that time, against the measured copy ceilin
 from __future__ import annotations
 
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from tracereader import run
 
 COPIES = 8
 
@@ -173,4 +176,4 @@ def attention_probe(report) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run(main))  # the one runner: one line for Ctrl-C, a closed stdout

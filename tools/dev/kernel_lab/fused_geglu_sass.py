@@ -34,7 +34,7 @@ from modules import triton_support
 from modules.geglu import fused as fused_geglu
 from modules.geglu import hopper, hopper_epi
 from modules.geglu import shared as geglu_shared
-from tracereader import Parser, one_line
+from tracereader import Parser, one_line, run
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -148,4 +148,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

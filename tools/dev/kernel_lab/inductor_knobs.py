@@ -11,6 +11,8 @@ import os
 import runpy
 import sys
 
+from tracereader import run
+
 BOOLEANS = {"1": True, "true": True, "0": False, "false": False}
 
 
@@ -52,4 +54,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from tracereader import Parser
+from tracereader import Parser, run
 
 SM90_SHARED = 232448  # bytes a block may use on an H100 or H200
 
@@ -78,4 +78,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -18,6 +18,7 @@ import torch
 
 from common.measuring import timing
 from modules.models import GeGLUMLP
+from tracereader import run
 
 REPEATS = 5
 
@@ -74,4 +75,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

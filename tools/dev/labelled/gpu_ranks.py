@@ -47,6 +47,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from tracereader import Parser, run
+
 UNEVEN = 8  # uneven_all_to_all: rank 0 receives this many times the tokens of each other rank
 
 CASES = {
@@ -255,7 +257,7 @@ def _common(dev, world: int, backend: str, argv: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tools.dev.labelled.gpu_ranks",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -288,4 +290,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -38,6 +38,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from tracereader import Parser, run
+
 WORLD = 2
 WIDTH, ROWS = 512, 64  # little compute: on a shared CPU its noise stays small beside the plants
 SLEEP_S = 0.030  # host_straggler's plant
@@ -188,7 +190,7 @@ def record(case: str, out: Path, common: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tools.dev.labelled.ranks",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -212,4 +214,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -37,6 +37,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from tracereader import Parser, run
+
 from . import device as device_workloads
 from . import host as host_workloads
 from .common import Ctx, Plan
@@ -184,7 +186,7 @@ def cleanup(ctx: Ctx) -> None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tools.dev.labelled.record",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -250,4 +252,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

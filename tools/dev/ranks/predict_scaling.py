@@ -35,7 +35,7 @@ import re
 import sys
 from pathlib import Path
 
-from tracereader import LinkCurve, Parser, UsageError
+from tracereader import LinkCurve, Parser, UsageError, run
 
 TRAIN_LINE = re.compile(r"^train-scaling: (.*)$", re.MULTILINE)
 SHAPE = re.compile(r"b(\d+)_s(\d+)_d(\d+)_h(\d+)_n(\d+)_l(\d+)")
@@ -222,8 +222,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UsageError as err:
-        print(f"predict_scaling.py: {err}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run(main))  # a UsageError, Ctrl-C, a closed stdout: one line each

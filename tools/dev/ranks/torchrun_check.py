@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from common.torchrun import FAULT_ENV
-from tracereader import Parser, positive_int
+from tracereader import Parser, positive_int, run
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -175,4 +175,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -128,6 +128,8 @@ def analyse(path: str, include_last_step: bool) -> dict:
 
 
 def main() -> int:
+    # argparse itself: this file runs in HolisticTraceAnalysis's own environment, without
+    # the project (hta_compare starts it there), so the project's Parser is out of reach
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", help="trace files or folders of rank traces")
     parser.add_argument("--out", required=True, help="write the JSON here")

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.dev.reader_validation.hta_raw import IDLE_KINDS, kind_of, raw_reading
-from tracereader import Parser
+from tracereader import Parser, run
 
 ROOT = Path(__file__).resolve().parents[3]
 HTA_SPEC = "holistictraceanalysis==0.5.0"
@@ -450,4 +450,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

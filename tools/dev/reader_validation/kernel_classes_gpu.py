@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tracereader import CUDA_CORES, TENSOR_CORES, TF32, Parser, classify
+from tracereader import CUDA_CORES, TENSOR_CORES, TF32, Parser, classify, run
 
 
 @dataclass
@@ -191,4 +191,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

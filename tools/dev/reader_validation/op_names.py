@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tracereader import Parser
+from tracereader import Parser, run
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET = ROOT / "tracereader" / "names" / "op_names.py"
@@ -71,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

@@ -54,6 +54,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from common.cli import Parser, one_line
+from tracereader import run
 
 WAIT, WARMUP, ACTIVE = 1, 1, 2  # the first steps are discarded: allocator and autotuning settle
 RECORDINGS = ("llama_train", "llama_infer_compile", "llama_infer_cudagraphs", "timm_train")
@@ -351,4 +352,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout

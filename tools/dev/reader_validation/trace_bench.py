@@ -57,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tracereader import Parser
+from tracereader import Parser, run
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_SOURCE = ROOT / "tests/fixtures/h200/03_simple_mlp/b64_s128_d768_h3072_bf16_eager.json.gz"
@@ -420,4 +420,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))  # the one runner: one line for bad input, Ctrl-C, a closed stdout
