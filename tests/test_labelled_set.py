@@ -12,7 +12,8 @@ two gloo ranks on a CPU. Each trace is scored on what `explain --json` says FIRS
   not its microseconds, carries over to the run the user timed;
 - a rank folder also: the late rank and whether its host or its compute (on GPUs: its GPU) is
   late, where the label names them. `ranks/` holds four folders of two gloo ranks on a CPU;
-  `ranks_gpu_n2/` five of two NCCL ranks on two H200s (tools/dev/labelled/gpu_ranks.py).
+  `ranks_gpu_n2/` and `ranks_gpu_n4/` five each of two and of four NCCL ranks on H200s of one
+  host (tools/dev/labelled/gpu_ranks.py).
 
 docs/labelled_set.md says how the set is scored, gives the table of trace -> truth -> reading,
 and writes up every miss; the last test holds it to that.
@@ -33,15 +34,15 @@ SET = Path(__file__).parent / "fixtures" / "labelled"
 DOC = Path(__file__).parent.parent / "docs" / "labelled_set.md"
 TOLERANCE = 0.25
 TARGET, RANK_TARGET = 22, 4  # of the 24 workloads (their spares scored beside), of the 4 folders
-GPU_RANK_TARGET = 5  # of the 5 folders of two GPU ranks
-GPU_RANKS_DIR = SET / "ranks_gpu_n2"
+GPU_RANK_TARGET = 10  # of the 5 folders of two GPU ranks and the 5 of four
+GPU_WORLDS = {"ranks_gpu_n2": 2, "ranks_gpu_n4": 4}
 
 LABELS = {p.name.removesuffix(".label.json"): json.loads(p.read_text())
           for p in sorted(SET.glob("*.label.json"))}  # fmt: skip
 RANKS = {p.name.removesuffix(".label.json"): json.loads(p.read_text())
          for p in sorted((SET / "ranks").glob("*.label.json"))}  # fmt: skip
-GPU_RANKS = {p.name.removesuffix(".label.json"): json.loads(p.read_text())
-             for p in sorted(GPU_RANKS_DIR.glob("*.label.json"))}  # fmt: skip
+GPU_RANKS = {f"{p.parent.name}/{p.name.removesuffix('.label.json')}": json.loads(p.read_text())
+             for d in GPU_WORLDS for p in sorted((SET / d).glob("*.label.json"))}  # fmt: skip
 PROVENANCE = json.loads((SET / "provenance.json").read_text())
 
 
@@ -85,7 +86,8 @@ def score(label: dict, found: dict) -> dict:
 
 def read(name: str, ranks: bool = False, gpu: bool = False) -> tuple[dict, dict]:
     if gpu:
-        label, path = GPU_RANKS[name], GPU_RANKS_DIR / GPU_RANKS[name]["folder"]
+        label = GPU_RANKS[name]
+        path = SET / name.split("/")[0] / label["folder"]
     else:
         label = (RANKS if ranks else LABELS)[name]
         path = SET / "ranks" / label["folder"] if ranks else SET / label["trace"]
@@ -98,7 +100,7 @@ def table() -> tuple[dict, dict]:
     """Every labelled trace and rank folder read once (explain --json), scored."""
     traces = {name: read(name) for name in LABELS}
     ranks = {name: read(name, ranks=True) for name in RANKS}
-    ranks |= {f"ranks_gpu_n2/{name}": read(name, gpu=True) for name in GPU_RANKS}
+    ranks |= {name: read(name, gpu=True) for name in GPU_RANKS}
     return traces, ranks
 
 
@@ -113,14 +115,16 @@ def test_the_set_is_what_its_provenance_says():
     for label in RANKS.values():
         folder = SET / "ranks" / label["folder"]
         assert len(list(folder.glob("*_rank*.json.gz"))) == label["world"] == 2
-    for label in GPU_RANKS.values():
-        folder = GPU_RANKS_DIR / label["folder"]
-        assert len(list(folder.glob("*_rank*.json.gz"))) == label["world"] == 2
+    for name, label in GPU_RANKS.items():
+        world = GPU_WORLDS[name.split("/")[0]]
+        folder = SET / name.split("/")[0] / label["folder"]
+        assert len(list(folder.glob("*_rank*.json.gz"))) == label["world"] == world
         assert label["backend"] == "nccl" and "H200" in label["device"]
-    assert len(GPU_RANKS) == 5 and (GPU_RANKS_DIR / "provenance.json").is_file()
-    gpu = sum(p.stat().st_size for p in GPU_RANKS_DIR.rglob("*") if p.is_file())
+    assert len(GPU_RANKS) == 5 * len(GPU_WORLDS)
+    assert all((SET / d / "provenance.json").is_file() for d in GPU_WORLDS)
+    gpu = sum(p.stat().st_size for d in GPU_WORLDS for p in (SET / d).rglob("*") if p.is_file())
     size = sum(p.stat().st_size for p in SET.rglob("*") if p.is_file()) - gpu
-    assert size < 4.2e6 and gpu < 1.5e6  # the folders stay small
+    assert size < 4.2e6 and gpu < 2.2e6  # the folders stay small
 
 
 def test_each_trace_gets_a_first_finding_with_a_cause(table):
