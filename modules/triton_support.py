@@ -20,6 +20,7 @@ if INTERPRETING:  # gelu_tanh lets exp2 overflow to inf on purpose; NumPy would 
 
 
 @cache
+@cache  # once per device: it runs on every eager launch
 def sm_count(device: torch.device) -> int:
     """Programs of a persistent grid; on the interpreter, a few, so the tile loop still loops."""
     if device.type != "cuda":

@@ -339,3 +339,58 @@ def test_auto_takes_gluon_only_on_gpus_where_it_measured_faster(name, monkeypatc
     assert fused_kernel.config_name("gluon", run) == "gluon"
     for config in fused_kernel.GLUON_MEASURED_FASTER.values():
         assert fused_geglu.CONFIGS[config].path == "gluon"
+
+
+class _Recorder:
+    """Stands in for the GPU (a Gluon kernel cannot run on a CPU): the JIT's launch compiles and
+    returns a 'compiled kernel'; calling that records what the launcher would be handed."""
+
+    def __init__(self):
+        self.compiles, self.launches = [], []
+        self.arg_names = gluon_geglu.fused_gate_up_geglu_gluon_kernel.arg_names
+
+    def __getitem__(self, grid):
+        def jit(*args, **kwargs):
+            self.compiles.append((args, kwargs))
+            self.launches.append(args)
+            return self.compiled
+
+        return jit
+
+    @property
+    def compiled(self):
+        recorder = self
+
+        class Compiled:
+            def __getitem__(self, grid):
+                return lambda *args: recorder.launches.append(args)
+
+        return Compiled()
+
+
+def test_the_direct_launch_reads_each_calls_own_tensors(monkeypatch):
+    """After the first launch compiles, later ones skip the JIT: still each call's descriptors
+    (a new x of the same shape is the one read, and a fresh output each time), a new compile
+    when an integer's specialization changes, and every argument in the kernel's own order."""
+    recorder = _Recorder()
+    monkeypatch.setattr(gluon_geglu, "fused_gate_up_geglu_gluon_kernel", recorder)
+    monkeypatch.setattr(gluon_geglu, "_COMPILED", {})
+    gluon_geglu._constexpr_values.cache_clear()
+    gate, up = torch.randn(2, 96, 64, dtype=torch.bfloat16).unbind()
+    packed = gluon_geglu.pack(gate, up)
+    x1, x2 = (torch.randn(256, 64, dtype=torch.bfloat16) for _ in range(2))
+    out1 = gluon_geglu.launch(x1, packed, 96, COOPERATIVE, programs=4)
+    out2 = gluon_geglu.launch(x2, packed, 96, COOPERATIVE, programs=4)
+    assert len(recorder.compiles) == 1 and len(recorder.launches) == 2
+    first, second = recorder.launches
+    assert first[0].base is x1 and second[0].base is x2  # x's descriptor: this call's x
+    assert first[2].base is out1 and second[2].base is out2 and out1 is not out2
+    assert second[1].base is packed and second[5:8] == (256, 96, 64)
+    by_name = dict(zip(recorder.arg_names, second, strict=True))
+    compiled_with = recorder.compiles[0][1]
+    for name in recorder.arg_names[8:]:  # the constexprs, by name, as the JIT was given them
+        assert by_name[name] == compiled_with[name], name
+    gluon_geglu.launch(torch.randn(256, 72, dtype=torch.bfloat16),
+                       gluon_geglu.pack(*torch.randn(2, 96, 72, dtype=torch.bfloat16).unbind()),
+                       96, COOPERATIVE, programs=4)  # fmt: skip
+    assert len(recorder.compiles) == 2  # K = 72: 16 no longer divides it, a new specialization

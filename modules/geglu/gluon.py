@@ -503,18 +503,51 @@ def descriptors(x, packed, out, config):
 
 
 def launch(x: torch.Tensor, packed: torch.Tensor, hidden: int, config, programs: int, proton=False):
-    """m [M, hidden] from x [M, dim] and the packed weight [2 * padded hidden, dim] (pack)."""
+    """m [M, hidden] from x [M, dim] and the packed weight [2 * padded hidden, dim] (pack).
+
+    The first launch of a specialization goes through Gluon's JIT (it compiles); later ones call
+    the compiled kernel directly. The JIT's own lookup re-derives each descriptor's type string
+    (the layout's repr) and binds every argument on every call: on the H200 of
+    docs/kernel_lab.md ("Host dispatch"), 63 us of a 117 us launch. The key holds what the JIT
+    specializes on: the device, the configuration (boxes, layouts, constexprs), the dtype, and
+    per integer argument whether it is 1 and whether 16 divides it. Descriptors are built on
+    every call, so a new tensor of the same shape is always the one read."""
     M, K = x.shape
     out = torch.empty((M, hidden), device=x.device, dtype=x.dtype)
     if M == 0:
         return out
     tiles = triton.cdiv(M, config.block_m) * triton.cdiv(hidden, config.block_n // 2)
+    grid = (min(tiles, programs), 1, 1)
+    descs = descriptors(x, packed, out, config)
+    key = (x.device.index, config, x.dtype, proton, *(_spec(v) for v in (M, hidden, K)))
+    compiled = _COMPILED.get(key)
+    if compiled is not None:
+        compiled[grid](*descs, M, hidden, K, *_constexpr_values(config, proton))
+        return out
     how = plan(config)
-    fused_gate_up_geglu_gluon_kernel[(min(tiles, programs),)](
-        *descriptors(x, packed, out, config), M, hidden, K, **constexprs(config, proton),
+    _COMPILED[key] = fused_gate_up_geglu_gluon_kernel[grid](
+        *descs, M, hidden, K, **constexprs(config, proton),
         num_warps=config.warps, maxnreg=how.maxnreg,
     )  # fmt: skip
     return out
+
+
+# (device, config, dtype, proton, specializations) -> the compiled kernel: launch's fast path.
+_COMPILED: dict[tuple, object] = {}
+
+
+def _spec(value: int) -> tuple[bool, bool]:
+    """What Triton specializes an integer argument on: equal to 1, divisible by 16."""
+    return value == 1, value % 16 == 0
+
+
+@cache
+def _constexpr_values(config, proton: bool) -> tuple:
+    """The kernel's arguments after M, HIDDEN and K, in its own order: a compiled kernel is
+    called with every argument, constexprs included (its launcher skips them)."""
+    values = dict(constexprs(config, proton), num_warps=config.warps)
+    names = fused_gate_up_geglu_gluon_kernel.arg_names
+    return tuple(values[name] for name in names[names.index("K") + 1 :])
 
 
 def pack(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -161,6 +161,7 @@ PATHS = (*HOPPER_PATHS, GLUON, "plain")
 
 
 @cache
+@cache  # once per device and path: it runs on every eager launch
 def refuse_off_sm90(device: torch.device, path: str) -> None:
     """hopper-epi was written and checked for SM90 only (its configurations fill Hopper's
     shared memory); elsewhere it fails by name before any launch. Cached: once per device."""
