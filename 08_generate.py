@@ -451,12 +451,13 @@ def main(argv=None) -> int:
     phases = tracereader.generation_steps(seen.trace)
     for phase in PHASES:
         as_expected &= look(v, phase, EXPECT[phase](v), seen.trace, phases.get(phase, []))
-    plumbing.print_reading(tracereader.generation(seen.trace), floor)
+    reading = tracereader.generation(seen.trace)
+    plumbing.print_reading(reading, floor)
     if v.impl == "ours":
         generation(args.new_tokens)  # a whole one: the dynamic cache at its longest
         plumbing.print_kv_cache(generation.cache, v, args.new_tokens, elt)
     if args.bench:
-        measured.bench(v, generation, args.new_tokens, run, floor)
+        measured.bench(v, generation, args.new_tokens, run, floor, reading, bytes_per_s)
     if args.sweep_batch:
 
         def at(w: Variant) -> Generation:  # the same weights, a prompt and a cache per batch

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from modules.triton_support import traceable
+from modules.triton_support import INTERPRETING, traceable
 
 OP = "profiling_pytorch::decode_gemv"
 NONE, NORM, GATE = 0, 1, 2  # the prologue: x as it is, RMSNorm(x) * g, SiLU(gate) * up (x
@@ -41,6 +41,9 @@ PROLOGUES = {"none": NONE, "norm": NORM, "gate": GATE}
 # H200 (tools/dev/kernel_lab/gemv_tiles.py, 2026-11-26; docs/lessons/08_generate.md, "Fourth
 # pass"); any other shape takes DEFAULT_TILE, the fastest there for qkv and down.
 DEFAULT_TILE = (8, 512, 4)
+# Under Triton's interpreter each program runs in turn in NumPy, at a cost per program: taller
+# tiles, so that the CPU's tests run a few programs per launch instead of dozens.
+INTERPRETER_TILE = (64, 128, 4)
 TILES = {(6144, 4096): (8, 512, 4), (4096, 4096): (2, 1024, 4), (28672, 4096): (16, 256, 4),
          (4096, 14336): (8, 512, 4), (128256, 4096): (16, 256, 4)}  # fmt: skip
 
@@ -103,7 +106,9 @@ def launch(x, w, prologue: str, g, eps: float, residual, units=0, tile=None, wra
                          f"weight, got x {tuple(x.shape)}, w {tuple(w.shape)} strides "
                          f"{w.stride()}")  # fmt: skip
     out = x.new_empty((*x.shape[:-1], n))
-    block_n, block_k, warps = tile or TILES.get((n, k), DEFAULT_TILE)
+    block_n, block_k, warps = tile or TILES.get(
+        (n, k), INTERPRETER_TILE if INTERPRETING else DEFAULT_TILE
+    )
     wrap(decode_gemv_kernel)[(triton.cdiv(n, block_n),)](
         x, w, out, residual if residual is not None else out, g if g is not None else x, n, k,
         eps, PROLOGUE=PROLOGUES[prologue], RESIDUAL=residual is not None, BLOCK_N=block_n,

@@ -307,17 +307,24 @@ def test_tuner_lists_the_opt_in_path_with_distinct_pasteable_candidates():
             assert eval(lists.as_code(cfg), {"Config": lists.Config}) == cfg
 
 
-@pytest.mark.slow
-def test_tuner_refuses_an_unknown_path_in_one_line():
-    proc = subprocess.run(
-        [sys.executable, "-m", "tools.tune_fused_mlp", "--paths", "hopper,hoper"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("error: --paths takes hopper, hopper-epi, gluon, plain; got")
-    assert proc.stderr.count("\n") == 1
+def as_command(monkeypatch, capsys, tool, runner, *argv: str) -> tuple[int, str, str]:
+    """A tool's main as its `python -m` would run it (sys.argv, then its runner), in this
+    process: (exit code, stdout, stderr). tests/test_bad_input.py runs the runner in a real
+    process; importing torch again per refusal would cost seconds each."""
+    monkeypatch.setattr(sys, "argv", [tool.__name__, *argv])
+    code = runner(tool.main)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_tuner_refuses_an_unknown_path_in_one_line(monkeypatch, capsys):
+    from tools import tune_fused_mlp as tuner
+    from tracereader import run
+
+    code, out, err = as_command(monkeypatch, capsys, tuner, run, "--paths", "hopper,hoper")
+    assert code == 2 and out == ""
+    assert err.startswith("error: --paths takes hopper, hopper-epi, gluon, plain; got")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.slow
@@ -353,28 +360,21 @@ def test_sm90_compile_of_the_opt_in_path_uses_hardware_tanh_and_fits_shared_memo
     assert shared <= 227
 
 
-@pytest.mark.slow
-def test_ncu_driver_refuses_an_unknown_config_before_looking_for_a_gpu():
-    proc = subprocess.run(
-        [sys.executable, "-m", "tools.dev.kernel_lab.ncu_fused_mlp", "--configs", "hopper,hoper"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+def test_ncu_driver_refuses_an_unknown_config_before_looking_for_a_gpu(monkeypatch, capsys):
+    from tools.dev.kernel_lab import gluon_bench, ncu_fused_mlp
+
+    code, out, err = as_command(
+        monkeypatch, capsys, ncu_fused_mlp, gluon_bench.run, "--configs", "hopper,hoper"
     )
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert (
-        proc.stderr.startswith("error: --configs takes hopper,") and "'hopper,hoper'" in proc.stderr
-    )
+    assert code == 2 and out == ""
+    assert err.startswith("error: --configs takes hopper,") and "'hopper,hoper'" in err
 
 
-@pytest.mark.slow
-def test_tuner_on_a_cpu_says_it_needs_a_gpu():
+def test_tuner_on_a_cpu_says_it_needs_a_gpu(monkeypatch, capsys):
+    from tools import tune_fused_mlp as tuner
+    from tracereader import run
+
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tools.tune_fused_mlp", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and proc.stderr == "error: needs a CUDA GPU\n"
+    code, _, err = as_command(monkeypatch, capsys, tuner, run, "--quick")
+    assert code == 2 and err == "error: needs a CUDA GPU\n"

@@ -158,9 +158,40 @@ def gemm_sequence(calls: list[tuple[int, torch.Tensor]], run: Run):
 # --- --bench and --sweep-batch --------------------------------------------------------------
 
 
-def bench(v, generation, new_tokens: int, run: Run, floor: float | None) -> None:
-    """Prefill against its own GEMMs run in sequence, then a decode token against the floor;
-    on a GPU a generation's peak memory."""
+def decode_breakdown(reading: dict, v, new_tokens: int, elt: int, bytes_per_s: float) -> list[str]:
+    """A decode token of the profiled trace, part by part (the medians of its decode steps):
+    the GEMMs (GEMVs at this batch) and attention each against the bytes they must move at
+    the copy bandwidth, the other kernels, and the gaps where the GPU runs nothing. The
+    parts add up to the token's window; the floor is what the GEMMs' and attention's bytes
+    take at the copy bandwidth."""
+    d = reading["decode"]
+    window, busy, classes = d.get("window_us"), d["gpu_busy_us"], dict(d["by_class_us"])
+    if not window or busy is None:
+        return []
+    kernels = traffic_model(v, v.prompt + new_tokens // 2, elt)
+    moved = {cls: sum(k.bytes for k in kernels if k.cls == cls) for cls in ("gemm", "attention")}
+    lines = [f"  a decode token in the trace, part by part ({d['tokens']} decode steps, medians):"]
+    for label, cls in (("GEMM", "gemm"), ("attention", "attention")):
+        us, need = classes.pop(label, 0.0), moved[cls] / bytes_per_s * 1e6
+        rate = moved[cls] / (us * 1e-6) if us else 0.0
+        lines.append(
+            f"    {label:<22} {us:9.1f} us  {moved[cls] / 1e9:.3g} GB at {rate / 1e12:.2f} TB/s = "
+            f"{rate / bytes_per_s:.0%} of the copy bandwidth (its floor {need:.1f} us)"
+        )
+    for label, us in sorted(classes.items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {label:<22} {us:9.1f} us  (no bytes counted in the floor)")
+    lines.append(f"    {'gaps between kernels':<22} {window - busy:9.1f} us  (the GPU idle)")
+    lines.append(f"    {'= the window':<22} {window:9.1f} us")
+    return lines
+
+
+def bench(
+    v, generation, new_tokens: int, run: Run, floor: float | None,
+    reading: dict | None = None, bytes_per_s: float | None = None,
+) -> None:  # fmt: skip
+    """Prefill against its own GEMMs run in sequence, then a decode token against the floor
+    and, from the profiled trace's reading, part by part (decode_breakdown); on a GPU a
+    generation's peak memory."""
     peak = None
     if run.on_gpu:  # a generation's own peak, before the rulers below allocate theirs
         torch.cuda.reset_peak_memory_stats(run.device)
@@ -195,6 +226,9 @@ def bench(v, generation, new_tokens: int, run: Run, floor: float | None) -> None
             f"  = {token.median_s / floor:.2f}x the bandwidth floor: "
             f"{floor / token.median_s:.0%} of the floor's speed"
         )
+    if reading is not None and bytes_per_s:
+        for line in decode_breakdown(reading, v, new_tokens, element_size(run), bytes_per_s):
+            print(line)
     if peak is not None:
         print(f"  peak device memory in a generation: {peak / 2**30:.2f} GiB")
 

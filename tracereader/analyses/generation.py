@@ -87,10 +87,17 @@ def _median(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def _class_medians(rows: list[dict]) -> dict[str, float]:
+    """Per kernel class, the median over the steps of its union (0 in a step without it)."""
+    names = {name for r in rows for name in r["by_class_us"]}
+    return {n: statistics.median(r["by_class_us"].get(n, 0.0) for r in rows) for n in names}
+
+
 def read(trace: Trace) -> dict | None:
     """The two phases, each over its steps (None when the trace shows no decode step):
     prefill's time (as a token's: idle.step_times) and GPU busy time; per decode token (the
-    headline) its time, GPU busy, the GPU's wait on the host, kernels and launch calls, and
+    headline) its time, GPU busy and its union per kernel class, the GPU's wait on the host,
+    kernels and launch calls, and
     the verdict over the decode steps by idle.bound's rule: "launch" (host-bound), "gpu",
     "balanced" (the GPU waits on the host a tenth to half of its window) or "stalled"."""
     phases = split(trace)
@@ -115,6 +122,7 @@ def read(trace: Trace) -> dict | None:
             "host_wait_us": statistics.median(waits) if gpu else None,
             "kernels": statistics.median(r["kernels"] for r in rows),
             "launches": dict(launches),
+            "by_class_us": _class_medians(rows) if gpu else {},
         },
         "bound": None,
     }
