@@ -449,3 +449,70 @@ def test_a_second_sweep_into_a_folder_in_use_is_refused_before_any_work(
     said_once(code, err, words="another run is writing into")
     assert files(tmp_path) == before
     assert (folder / "d8_h16_bf16_cpu.csv").read_text() == "the first sweep's rows\n"
+
+
+# --- tools/startup_breakdown.py: its flags, and where the lesson's runs write --------------------
+
+STARTUP = [
+    (["--runs", "-1"], "argument --runs: must be greater than 0"),
+    (["--runs", "0"], "argument --runs: must be greater than 0"),
+    (["--runs", "x"], "argument --runs: expected a whole number"),
+    (["--out", ""], "is empty or holds a control character"),
+    (["--out", "a\nb"], "is empty or holds a control character"),
+    (["--out", "afile/deeper"], "afile is there and is not a folder"),
+    (["--traces-dir", "afile"], "afile is there and is not a folder"),
+    (["--json", "none/b.json"], "--json none/b.json: not a file in a folder that is there"),
+    (["--repo", "."], "no lesson '02_linear.py' in"),  # a checkout without the lesson
+]
+
+
+def breakdown(argv: list[str], capsys) -> tuple[int, str, str]:
+    from tools import startup_breakdown
+    from tracereader import run
+
+    code, out, err = outcome(lambda a: run(lambda: startup_breakdown.main(a)), argv, capsys)
+    return code, out, err.replace("python -m tools.startup_breakdown: error:", "error:")
+
+
+@pytest.mark.parametrize(("argv", "words"), STARTUP, ids=repr)
+def test_startup_breakdown_refuses_its_flags_before_any_run(
+    argv, words, tmp_path, capsys, monkeypatch
+):
+    from tools import startup_breakdown
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a lesson ran")
+
+    monkeypatch.setattr(startup_breakdown, "one_run", no_run)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    code, _, err = breakdown(["02_linear.py", *argv], capsys)
+    said_once(code, err, words=words)
+    assert files(tmp_path) == {"afile"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "into"),
+    [([], "traces/startup_breakdown"), (["--out", "mine"], "mine"),
+     (["--traces-dir", "mine"], "mine")],
+)  # fmt: skip
+def test_startup_breakdown_runs_the_lesson_into_the_folder_asked(
+    flags, into, tmp_path, capsys, monkeypatch
+):
+    """The lesson's process, whose writing is the case, stands in: its breakdown line."""
+    from tools import startup_breakdown
+
+    launched = []
+
+    def lesson_process(argv, **kwargs):
+        launched.append(argv)
+        marks = {"import torch": 1.0, "_until_main_returned": 2.0}
+        return subprocess.CompletedProcess(argv, 0, "", f"BREAKDOWN {json.dumps(marks)}\n")
+
+    monkeypatch.setattr(startup_breakdown.subprocess, "run", lesson_process)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = breakdown(["02_linear.py", "--runs", "1", *flags], capsys)
+    assert code == 0, err
+    assert len(launched) == 2 and "median of 1 runs" in out
+    for argv in launched:
+        assert argv[argv.index("--traces-dir") + 1] == str(tmp_path / into)

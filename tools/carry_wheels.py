@@ -26,7 +26,7 @@ PYTHONPATH does not read, so its dsl_packages folder is named there too.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -34,13 +34,15 @@ import math
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-from tracereader import Parser, UsageError, run
+from tracereader import Parser, UsageError, one_line, run
 
 ROOT = Path(__file__).resolve().parent.parent
 # What ran on an H100 with torch 2.11.0+cu130 (see README, "Hopper's own kernels"). cu13 only:
@@ -74,8 +76,10 @@ PART_NAME = re.compile(rf"{re.escape(BUNDLE)}\.([1-9][0-9]{{0,3}})")  # wheels.t
 # <group>/<file>.whl: one folder level, plain names (no `..`, no `/`, no leading dot or dash)
 WHEEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*/[A-Za-z0-9][A-Za-z0-9_.+-]*\.whl")
 SHA256 = re.compile(r"[0-9a-f]{64}")
+HOME = Path("/tmp/profiling-pytorch-wheels")  # the defaults: /tmp outlives a call there
 STORE_MARK = ".carry_wheels_store"  # written into a --store this tool made; nothing else is ours
-INSTALLED = ".carry_wheels_installed"  # in each target install filled: the only ones it replaces
+INSTALLED = ".carry_wheels_installed"  # in each target: the files install made, all it removes
+MAX_RECORD_BYTES = 64 * MiB  # the set installs ~10,000 files; a record is a list of their paths
 
 
 class Refusal(UsageError):
@@ -211,12 +215,13 @@ def read_manifest(folder: Path) -> dict:
     names that stay inside the folders they name, sizes and checksums of the right form."""
     path = folder / MANIFEST
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_MANIFEST_BYTES + 1)
+        raw = read_small(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise Refusal(f"{path} is missing: pass a part folder that `pack` wrote") from None
     except OSError as err:
         raise Refusal(f"{path} cannot be read ({err.strerror or err})") from None
+    if raw is None:
+        raise Refusal(f"{path} cannot be read: not a regular file (a FIFO, a device, a folder)")
     if len(raw) > MAX_MANIFEST_BYTES:
         raise Refusal(f"{path} is larger than {MAX_MANIFEST_BYTES // 1024} kB: not a manifest")
     try:
@@ -231,9 +236,17 @@ def read_manifest(folder: Path) -> dict:
     return manifest
 
 
-def one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text if len(text) <= 120 else text[:117] + "..."
+def read_small(path: Path, limit: int) -> bytes | None:
+    """At most limit + 1 bytes of `path`; None where it is no regular file (checked once open,
+    and opened without blocking: a FIFO would hang the open, /dev/zero never end)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)
 
 
 def _size_problem(where: str, value) -> str | None:
@@ -289,12 +302,13 @@ def open_store(store: Path, manifest: dict) -> None:
     and is refused. A store of ours that holds another pack's parts loses those parts (the
     names its own, checked, manifest lists) and that manifest, one file at a time.
     """
+    private_folder(store, "--store", make=False)
     if store.is_symlink() or (store.exists() and not store.is_dir()):
         raise Refusal(f"--store {store} is not a folder this tool made: choose another")
     mark = store / STORE_MARK
     if store.is_dir() and any(store.iterdir()) and not (mark.is_file() and not mark.is_symlink()):
         raise Refusal(f"--store {store} holds files this tool did not write: choose another")
-    store.mkdir(parents=True, exist_ok=True)
+    private_folder(store, "--store", make=True)
     mark.touch()
     stored = store / MANIFEST
     if not stored.exists():
@@ -314,18 +328,56 @@ def open_store(store: Path, manifest: dict) -> None:
     print(f"gather: {store} held another pack's parts; removed them")
 
 
+def private_folder(path: Path, flag: str, *, make: bool) -> None:
+    """Below a folder anyone can write (/tmp: sticky, root's), every folder down to `path` must
+    be a real folder of this user that nobody else can write: another user could have made it
+    first, to swap the wheels. Refused naming `flag`; made so (0700) where `make`."""
+    path = Path(os.path.abspath(path))
+    chain = [path, *path.parents]
+    anyone = [p.exists() and p.stat().st_mode & stat.S_IWOTH for p in chain]
+    shared = next((i for i, yes in enumerate(anyone) if i and yes), None)
+    if shared is None:
+        if make:
+            path.mkdir(parents=True, exist_ok=True)
+        return
+    for folder in reversed(chain[: shared + 1]):
+        top = folder == chain[shared]  # where anyone can write: a temp folder, or refused
+        if make and not top:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder, 0o700)
+        try:
+            info = os.lstat(folder)
+        except FileNotFoundError:
+            return  # nor anything below it: made private when it is made
+        mode = info.st_mode
+        why = (
+            "is a link" if stat.S_ISLNK(mode)
+            else "is not a folder" if not stat.S_ISDIR(mode)
+            else "belongs to another user" if info.st_uid not in (os.getuid(), *[0] * top)
+            else "can be written by others" if mode & 0o022 and not (top and mode & stat.S_ISVTX)
+            else None
+        )  # fmt: skip
+        if why:
+            raise Refusal(f"{folder} {why}, and {chain[shared]} by anyone: pass a {flag} "
+                          "folder of your own (e.g. under your home)")  # fmt: skip
+
+
 def write_atomically(path: Path, data_from: Path | None = None, text: str | None = None) -> None:
-    """Write (copy `data_from`, or `text`) to path through a temporary name in its folder, so a
-    link planted at `path` is replaced, never written through, and no half file stays."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write (copy `data_from`, or `text`) to path through a new file in its folder, then rename
+    it over path. mkstemp creates it (O_CREAT | O_EXCL, a random name): a link planted at a
+    predictable temporary name would be written through, to anywhere. No half file stays."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        if data_from is not None:
-            shutil.copyfile(data_from, tmp)
-        else:
-            tmp.write_text(text or "")
+        with os.fdopen(fd, "wb") as out:
+            if data_from is not None:
+                with data_from.open("rb") as source:
+                    shutil.copyfileobj(source, out, MiB)
+            else:
+                out.write((text or "").encode())
         os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def gather(folder: Path, store: Path) -> dict:
@@ -406,42 +458,98 @@ def python_path(target: Path) -> str:
 
 def install(folder: Path, store: Path, target: Path, pip: list[str]) -> None:
     manifest = gather(folder, store)
-    stamp = target / INSTALLED
-    for group in GROUPS:  # every folder install would replace: ours, or empty, or absent
-        into = target_for(target, group)
-        if into.is_symlink() or (into.exists() and not into.is_dir()):
-            raise Refusal(f"{into} is not a folder this tool installed: choose another --target")
-        if into.is_dir() and any(into.iterdir()) and not (into / INSTALLED).is_file():
-            raise Refusal(f"{into} holds files this tool did not install: choose another --target")
-    if stamp.exists() and stamp.read_text() == manifest["bundle_sha256"]:
+    bundle = manifest["bundle_sha256"]
+    intos = {group: target_for(target, group) for group in GROUPS}
+    records = {group: installed(into) for group, into in intos.items()}  # ours, empty or absent
+    if all(records[name.split("/")[0]] == bundle for name in manifest["wheels"]):
         print(f"install: already installed in {target} (same bundle)")
     else:
-        with tempfile.TemporaryDirectory(dir=store) as tmp:
-            groups = reassemble(manifest, store, Path(tmp))
+        private_folder(target.parent, "--target", make=True)
+        # One folder for everything temporary (the wheels, pip's install and its TMPDIR, the
+        # replaced install), beside the targets so that a rename moves a whole install; removed
+        # however the run ends, SIGTERM included (the runner raises it here as an interrupt).
+        work = Path(tempfile.mkdtemp(prefix=f".{target.name}.carry_wheels.", dir=target.parent))
+        try:
+            groups = reassemble(manifest, store, work / "wheels")
             for group, wheels in sorted(groups.items()):
-                into = target_for(target, group)
-                if into.exists():
-                    shutil.rmtree(into)
-                cmd = [*pip, "install", "--no-index", "--no-deps", "--target", str(into)]
+                into, staged = intos[group], work / group
                 print(f"install: {len(wheels)} wheel(s) -> {into}", flush=True)
-                done = subprocess.run([*cmd, *map(str, wheels)], capture_output=True, text=True)
-                if done.returncode != 0:
-                    tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
-                    raise Refusal(f"pip install into {into} failed: {' '.join(tail)}")
-                (into / INSTALLED).write_text(manifest["bundle_sha256"])
-        stamp.write_text(manifest["bundle_sha256"])
+                pip_install(pip, wheels, staged, work / "tmp")
+                record = {"bundle": bundle, "paths": _tree(staged)}  # all it may remove later
+                write_atomically(staged / INSTALLED, text=json.dumps(record))
+                os.chmod(staged, stat.S_IMODE(os.stat(staged).st_mode) & ~0o022)  # as checked
+                with signals_held():  # both renames or none: never no install between them
+                    if into.exists():  # all of it ours (installed() checked): moved aside,
+                        os.replace(into, work / f"old-{group}")  # removed with `work`
+                    os.replace(staged, into)
+        finally:
+            with signals_held():  # a second Ctrl-C must not cut the removal short
+                shutil.rmtree(work, ignore_errors=True)
     print(f"install: export PYTHONPATH={python_path(target)}")
     for group in SIDE_WHEELS:
         side = target_for(target, group)
         print(f"install: for {SIDE_WHEELS[group]} first: PYTHONPATH={side}:{python_path(target)}")
 
 
+def pip_install(pip: list[str], wheels: list[Path], staged: Path, tmp: Path) -> None:
+    """pip install `wheels` into `staged`, with TMPDIR at `tmp`: pip stopped by a signal leaves
+    its pip-* folders behind, and there they go with the work folder."""
+    tmp.mkdir(exist_ok=True)
+    cmd = [*pip, "install", "--no-index", "--no-deps", "--target", str(staged), *map(str, wheels)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TMPDIR": tmp})
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
+        raise Refusal(f"pip install of {len(wheels)} wheel(s) failed: {' '.join(tail)}")
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT, SIGTERM and SIGHUP wait (blocked, not lost) until the block is done."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def installed(into: Path) -> str | None:
+    """The bundle install put in `into`; None for an absent or empty folder. Refused in one
+    line: a folder holding any file the record of the install there does not list (the
+    user's), or no record this tool can read. So replacing it deletes only the tool's files."""
+    private_folder(into, "--target", make=False)
+    if into.is_symlink() or (into.exists() and not into.is_dir()):
+        raise Refusal(f"{into} is not a folder this tool installed: choose another --target")
+    if not into.is_dir() or not any(into.iterdir()):
+        return None
+    record = into / INSTALLED
+    if not os.path.lexists(record):
+        raise Refusal(f"{into} holds files this tool did not install: choose another --target")
+    try:
+        found = json.loads(read_small(record, MAX_RECORD_BYTES) or b"null")
+    except (OSError, ValueError, RecursionError):
+        found = None
+    paths = found.get("paths") if isinstance(found, dict) and len(found) == 2 else None
+    if not isinstance(paths, list) or "bundle" not in found or {type(p) for p in paths} - {str}:
+        raise Refusal(f"{record} is not a record of an install by this tool (an older one's?): "
+                      f"empty {into} by hand, or choose another --target")  # fmt: skip
+    theirs = sorted(set(_tree(into)) - set(paths) - {INSTALLED})
+    if theirs:
+        raise Refusal(f"{into} holds {theirs[0]}, which this tool did not install: move it out, "
+                      "or choose another --target")  # fmt: skip
+    return found["bundle"]
+
+
+def _tree(root: Path) -> list[str]:
+    """Every path under root, relative, sorted; links are listed, never followed."""
+    found = []
+    for top, folders, names in os.walk(root):
+        found += [(Path(top).relative_to(root) / name).as_posix() for name in folders + names]
+    return sorted(found)
+
+
 def parse(argv):
-    parser = Parser(
-        prog="carry_wheels.py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = Parser(prog="carry_wheels.py", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pack", help="download the set (or take --wheels) and cut it into parts")
     p.add_argument("--out", type=Path, default=ROOT / ".gpu" / "wheels")
@@ -450,11 +558,9 @@ def parse(argv):
     for name, what in [("gather", "keep a part"), ("install", "keep a part, then install all")]:
         q = sub.add_parser(name, help=what)
         q.add_argument("part", type=Path, help="a part folder that pack wrote (e.g. part1)")
-        q.add_argument("--store", type=Path, default=Path("/tmp/profiling-pytorch-wheels/parts"))
+        q.add_argument("--store", type=Path, default=HOME / "parts")
         if name == "install":
-            q.add_argument(
-                "--target", type=Path, default=Path("/tmp/profiling-pytorch-wheels/site")
-            )
+            q.add_argument("--target", type=Path, default=HOME / "site")
             q.add_argument("--pip", help="the pip to run (default: python -m pip, else uv pip)")
     return parser.parse_args(argv)
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tracereader import Parser, run
+from tracereader import Parser, UsageError, positive_int, run
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = {  # the lesson and the flags that keep it small on a CPU
@@ -52,10 +52,16 @@ def one_run(script: str, flags: list[str], active: int) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     parser = Parser(prog="python -m tools.dev.step_memory")
-    parser.add_argument("lessons", nargs="*", default=list(LESSONS))
-    parser.add_argument("--low", type=int, default=3)
-    parser.add_argument("--high", type=int, default=103)
+    parser.add_argument("lessons", nargs="*", default=list(LESSONS),
+                        help="of: " + ", ".join(LESSONS) + " (default: all)")  # fmt: skip
+    parser.add_argument("--low", type=positive_int, default=3)
+    parser.add_argument("--high", type=positive_int, default=103)
     args = parser.parse_args(argv)
+    args.lessons = [name.removesuffix(".py") for name in args.lessons]  # 02_linear.py too
+    if unknown := [name for name in args.lessons if name not in LESSONS]:
+        raise UsageError(f"no such lesson here: {unknown[0][:60]!r} (of: {', '.join(LESSONS)})")
+    if args.high <= args.low:  # the per-step figures divide by the difference
+        raise UsageError(f"--high {args.high} must be above --low {args.low}")
     steps = args.high - args.low
     for script in args.lessons:
         rss_low, ev_low = one_run(script, LESSONS[script], args.low)

@@ -15,6 +15,8 @@ About 20 s for the three kinds at N = 2 to 8 on NVLink (most of it the 1 GiB cal
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import torch
 
 from common import cli, torchrun
 from common.measuring import link
-from tracereader import LINK_KINDS, LinkCurve, link_curve_key, store_link_curve
+from tracereader import LINK_KINDS, LinkCurve, cache_path, link_curve_key, load_cache
 
 SCRIPT = "-m tools.dev.ranks.link_curve"
 
@@ -47,6 +49,11 @@ def parse(argv):
         raise cli.UsageError(f"unknown collective kind: {', '.join(bad)}")
     if args.min_mib > args.max_mib:
         raise cli.UsageError(f"--min-mib {args.min_mib:g} is above --max-mib {args.max_mib:g}")
+    # Before the measuring (20 s of every GPU): OUT, or the nearest folder above it that is
+    # there, must be a folder; a file there would fail the writing only after it.
+    there = next(p for p in (args.out, *args.out.absolute().parents) if os.path.lexists(p))
+    if not there.is_dir():
+        raise cli.UsageError(f"OUT {args.out}: {there} is not a folder")
     args.kinds, args.dtype, args.seed, args.compile = tuple(kinds), "bf16", 0, False
     return args
 
@@ -68,10 +75,36 @@ def plot(curve: LinkCurve, png: Path) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tmp = png.with_name(f".{png.name}.partial")
-    fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    tmp.replace(png)
+    tmp = png.with_name(f".{png.name}.{os.getpid()}.partial")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        tmp.replace(png)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)  # gone once renamed; a half file where the write failed
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into path through a temporary name, renamed into place: a reader sees the old
+    file or the new one, and a write that fails (a full disk) leaves no half file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def cache(curve: LinkCurve) -> Path:
+    """The curve into the lessons' cache (tracereader's links.json), for their readings. Not
+    through store_link_curve: that skips a cache it cannot write, and this tool's user asked
+    for it, so a full disk is said (one line, exit 2), not passed over."""
+    file = cache_path("links.json")
+    entries = load_cache(file)
+    entries[link_curve_key(curve.device, curve.backend, curve.world)] = curve.to_csv()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    write_whole(file, json.dumps(entries, indent=2))
+    return file
 
 
 def main(argv=None) -> int:
@@ -92,13 +125,16 @@ def main(argv=None) -> int:
     slug = "".join(c if c.isalnum() else "_" for c in f"{name}_{group.backend}_n{group.world}")
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / f"link_curve_{slug}.csv"
-    tmp = csv_path.with_name(f".{csv_path.name}.partial")
-    tmp.write_text(curve.to_csv())
-    tmp.replace(csv_path)
+    write_whole(csv_path, curve.to_csv())
     plot(curve, csv_path.with_suffix(".png"))
-    key = link_curve_key(curve.device, curve.backend, curve.world)
-    store_link_curve(key, curve.to_csv())
-    print(f"curve: {csv_path} and {csv_path.with_suffix('.png')}; cached for the lessons")
+    try:
+        cached = cache(curve)
+    except OSError as err:  # the measurement is kept: the line says where
+        raise cli.UsageError(
+            f"cannot write the lessons' cache {cache_path('links.json')}: {err.strerror or err} "
+            f"(the curve is in {csv_path})"
+        ) from None
+    print(f"curve: {csv_path} and {csv_path.with_suffix('.png')}; cached in {cached}")
     return 0
 
 

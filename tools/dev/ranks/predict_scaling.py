@@ -30,18 +30,76 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
+import math
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 
-from tracereader import LinkCurve, Parser, UsageError, run
+from tracereader import LinkCurve, Parser, UsageError, positive_int, run
 
 TRAIN_LINE = re.compile(r"^train-scaling: (.*)$", re.MULTILINE)
 SHAPE = re.compile(r"b(\d+)_s(\d+)_d(\d+)_h(\d+)_n(\d+)_l(\d+)")
 OPT_LINE = re.compile(r"^optimizer: .*GPU busy ([\d.]+) (us|ms|s) per step", re.MULTILINE)
 UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
 BF16, FP32 = 2, 4
+TP_SHAPES = {"post": (64 * 128, 768), "8x": (64 * 128, 2048), "tiny": (8, 16)}  # tokens, dim
+TP_COLUMNS = {"shape", "mode", "ranks", "forward_us", "allreduce_us", "status"}
+MAX_INPUT_BYTES = 64 << 20  # a curve is ~3 kB, a lesson's log a few MB
+
+
+def read_input(path: Path, what: str, errors: str = "strict") -> str:
+    """`path`'s text, or one line (UsageError) where it cannot be an input: missing, no regular
+    file (checked once open, and opened without blocking: a FIFO would hang the open,
+    /dev/zero never end), too large, not UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise UsageError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"{what} {path} is not a regular file (a FIFO, a device, a folder?)")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as err:
+        raise UsageError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_INPUT_BYTES:
+        raise UsageError(f"{what} {path} is larger than {MAX_INPUT_BYTES >> 20} MiB")
+    try:
+        return data.decode("utf-8", errors)
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {path} is not UTF-8 text") from None
+
+
+def number(text, where: str) -> float:
+    if text is None:
+        raise UsageError(f"{where} is missing")
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{where} is not a number: {str(text)[:40]!r}") from None
+
+
+def time_us(text, where: str, *, zero: bool = False) -> float:
+    """A time read from an input: finite, above 0 (or 0, where `zero`); NaN, inf, a negative
+    time or a word would otherwise come out as a prediction."""
+    value = number(text, where)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        least = "0 or more" if zero else "above 0"
+        raise UsageError(f"{where} must be a finite time {least}, got {str(text)[:40]}")
+    return value
+
+
+def rank_count(text, where: str) -> int:
+    value = number(text, where)
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise UsageError(f"{where} must be a whole number of ranks, got {str(text)[:40]}")
+    return int(value)
 
 
 def group_params(*, vocab: int, dim: int, hidden: int, layers: int) -> list[int]:
@@ -129,14 +187,32 @@ def _by(rows, keys):
 
 
 def read_tp(folder: Path) -> list[dict]:
+    """tools/tp_scaling.py's rows that ran (status ok), their numbers checked."""
+    path = folder / "tp_scaling.csv"
+    text = read_input(path, "--tp's table")
     rows = []
-    with open(folder / "tp_scaling.csv") as f:
-        for row in csv.DictReader(f):
+    try:
+        reader = csv.DictReader(io.StringIO(text))
+        if missing := TP_COLUMNS - set(reader.fieldnames or ()):
+            raise UsageError(f"{path} is not tools/tp_scaling.py's table: it has no "
+                             f"{', '.join(sorted(missing))} column")  # fmt: skip
+        for line, row in enumerate(reader, 2):
             if row.get("status") != "ok":
                 continue
-            for key in ("forward_us", "allreduce_us", "ranks"):
-                row[key] = float(row[key]) if row.get(key) not in (None, "") else None
+            where = f"{path}, line {line}"
+            if row["shape"] not in TP_SHAPES:
+                raise UsageError(f"{where}: unknown shape {str(row['shape'])[:40]!r}")
+            row["ranks"] = rank_count(row["ranks"], f"{where}: ranks")
+            row["forward_us"] = time_us(row["forward_us"], f"{where}: forward_us")
+            if row.get("allreduce_us") in (None, ""):
+                row["allreduce_us"] = None
+            else:
+                row["allreduce_us"] = time_us(row["allreduce_us"], f"{where}: allreduce_us")
+                if row["allreduce_us"] >= row["forward_us"]:
+                    raise UsageError(f"{where}: the all-reduce is not part of the forward")
             rows.append(row)
+    except csv.Error as err:
+        raise UsageError(f"{path} is not a CSV table: {err}") from None
     return rows
 
 
@@ -146,21 +222,53 @@ def read_train(folders: list[Path]) -> tuple[dict, tuple[int, ...] | None]:
     shape = None
     for folder in folders:
         for log in sorted(folder.glob("n*_*.log")):
-            text = log.read_text(errors="replace")
+            text = read_input(log, "the log", errors="replace")
             found = TRAIN_LINE.findall(text)
             if not found:
                 continue
             values = dict(p.split("=", 1) for p in found[-1].split() if "=" in p)
-            n = int(values["ranks"])
+            n = rank_count(values.get("ranks"), f"{log}: ranks")
             variant = log.stem.split("_", 1)[1]
             opt = OPT_LINE.search(text)
-            row = {"step_us": float(values["step_us"]),
-                   "exposed_us": float(values.get("exposed_us", 0) or 0),
-                   "optimizer_us": float(opt[1]) * UNITS[opt[2]] if opt else 0.0}  # fmt: skip
+            row = {"step_us": time_us(values.get("step_us"), f"{log}: step_us"),
+                   "exposed_us": time_us(values.get("exposed_us", 0), f"{log}: exposed_us",
+                                         zero=True),
+                   "optimizer_us": time_us(opt[1], f"{log}: the optimizer's time", zero=True)
+                   * UNITS[opt[2]] if opt else 0.0}  # fmt: skip
+            if row["optimizer_us"] >= row["step_us"]:
+                raise UsageError(f"{log}: the optimizer's time is not part of the step")
             runs.setdefault((folder.name, variant), {})[n] = row
             if shape is None and (m := SHAPE.search(text)):
                 shape = tuple(int(x) for x in m.groups())
     return runs, shape
+
+
+def read_curves(paths: list[Path], train: bool) -> dict[int, LinkCurve]:
+    curves = {}
+    for path in paths:
+        try:
+            curve = LinkCurve.from_csv(read_input(path, "the curve"))
+        except (ValueError, csv.Error) as err:
+            why = str(err).removeprefix("not a link curve: ")[:160]
+            raise UsageError(f"{path} is not a link curve: {why}") from None
+        if curve.world < 2:
+            raise UsageError(f"{path} is a curve of {curve.world} ranks: a link joins 2 or more")
+        kinds = ("all-reduce", "all-gather", "reduce-scatter") if train else ("all-reduce",)
+        if missing := [k for k in kinds if k not in curve.points]:
+            raise UsageError(f"the {curve.world}-rank curve lacks {', '.join(missing)}: measure "
+                             "all three kinds (python -m tools.dev.ranks.link_curve)")  # fmt: skip
+        curves[curve.world] = curve
+    return curves
+
+
+def rank_counts(text: str) -> list[int]:
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--ranks: expected whole numbers such as 4,8, got {text!r}") from None
+    if min(counts) < 2:
+        raise UsageError("--ranks: predict N of 2 or more")
+    return counts
 
 
 def main(argv=None) -> int:
@@ -172,32 +280,17 @@ def main(argv=None) -> int:
     parser.add_argument("--curve", type=Path, nargs="+", required=True,
                         help="link curves (tools/dev/ranks/link_curve.py's CSVs)")  # fmt: skip
     parser.add_argument("--ranks", default="4,8", help="the N to predict (default: 4,8)")
-    parser.add_argument("--vocab", type=int, default=32000, help="07's --vocab (fsdp_gpu.sh's)")
+    parser.add_argument("--vocab", type=positive_int, default=32000,
+                        help="07's --vocab (fsdp_gpu.sh's)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="write prediction.json and .txt here")
     args = parser.parse_args(argv)
-    try:
-        counts = [int(n) for n in args.ranks.split(",")]
-        curves = {}
-        for path in args.curve:
-            curve = LinkCurve.from_csv(path.read_text())
-            curves[curve.world] = curve
-    except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read the inputs: {err}") from None
-    if min(counts) < 2:
-        raise UsageError("--ranks: predict N of 2 or more")
-    for curve in curves.values():
-        missing = [
-            k for k in ("all-reduce", "all-gather", "reduce-scatter") if k not in curve.points
-        ]
-        if missing and args.train:
-            raise UsageError(f"the {curve.world}-rank curve lacks {', '.join(missing)}: measure "
-                             "all three kinds (python -m tools.dev.ranks.link_curve)")  # fmt: skip
-        if "all-reduce" not in curve.points:
-            raise UsageError(f"the {curve.world}-rank curve lacks all-reduce")
+    if args.out and (args.out.exists() or args.out.is_symlink()) and not args.out.is_dir():
+        raise UsageError(f"--out {args.out} is not a folder")  # checked before any work
+    counts = rank_counts(args.ranks)
+    curves = read_curves(args.curve, bool(args.train))
     rows = []
     if args.tp:
-        tp_shapes = {"post": (64 * 128, 768), "8x": (64 * 128, 2048), "tiny": (8, 16)}
-        rows += predict_tp(read_tp(args.tp), curves, counts, lambda s: tp_shapes[s])
+        rows += predict_tp(read_tp(args.tp), curves, counts, TP_SHAPES.__getitem__)
     if args.train:
         runs, shape = read_train(args.train)
         if shape:
@@ -206,6 +299,11 @@ def main(argv=None) -> int:
             rows += predict_train(runs, curves, counts, groups)
     if not rows:
         raise UsageError("nothing to predict from: no N = 1 and N = 2 results in the inputs")
+    for r in rows:  # the inputs are checked; this is the last guard against a nonsense row
+        numbers = (r["step_us"], r["comm_us"], r["exposed_us"], r["efficiency"])
+        if not all(map(math.isfinite, numbers)) or r["step_us"] <= 0 or min(numbers) < 0:
+            raise UsageError(f"the inputs predict a step of {r['step_us']:.4g} us for "
+                             f"{r['case']} at N={r['ranks']}: check them")  # fmt: skip
     lines = [f"{'lesson':6} {'case':28} {'N':>2} {'step us':>10} {'comm us':>10} "
              f"{'exposed us':>10} {'efficiency':>10}  link"]  # fmt: skip
     for r in rows:
@@ -215,9 +313,12 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "prediction.txt").write_text(text + "\n")
-        (args.out / "prediction.json").write_text(json.dumps(rows, indent=1))
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "prediction.txt").write_text(text + "\n")
+            (args.out / "prediction.json").write_text(json.dumps(rows, indent=1))
+        except OSError as err:  # a file on the way, no permission, a full disk
+            raise UsageError(f"cannot write --out {args.out}: {err.strerror or err}") from None
     return 0
 
 
