@@ -16,6 +16,7 @@ On a CPU the same dispatch chain appears, with no kernels under it.
 
 import sys
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 import torch.nn.functional as F
 from torch import nn

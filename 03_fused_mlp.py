@@ -57,6 +57,7 @@ import sys
 import time
 from dataclasses import replace
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 from torch.profiler import profile, record_function, schedule
 

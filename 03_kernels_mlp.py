@@ -18,6 +18,7 @@ none of these answers, the same class from the liger-kernel package on PyPI. The
 
 import sys
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 from torch.profiler import profile, record_function, schedule
 

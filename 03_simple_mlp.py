@@ -23,6 +23,7 @@ On a CPU the same dispatch chain appears (compiled: a Torch-Compiled Region), no
 
 import sys
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 from torch.profiler import profile, record_function, schedule
 

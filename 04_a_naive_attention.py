@@ -24,6 +24,7 @@ On a CPU the same dispatch chain appears, with no kernels under it.
 import math
 import sys
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 from torch.profiler import profile, record_function, schedule
 

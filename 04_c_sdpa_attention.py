@@ -55,6 +55,7 @@ import contextlib
 import importlib.metadata
 import sys
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -36,6 +36,7 @@ kernel and stops, writing nothing.
 
 import sys
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 from torch.profiler import profile, record_function, schedule
 

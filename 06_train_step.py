@@ -27,7 +27,9 @@ Guess first. Per recorded step, on a GPU, with L layers (5 GEMMs each) and the h
 On a CPU the same phases and dispatch chains appear, without kernels.
 
 Correct before fast: one step from the same weights is checked against a float32 step (the
-loss, and how far each weight moved in units of lr). --memory profiles one more step with its
+loss, and how far each weight moved in units of lr). --memory records every allocation and
+free of the profiled steps in their trace (profile_memory=True; the trace is named ..._memory,
+apart from the plain run's, for `explain --memory`), then profiles one more step with its
 memory events: memory by category over the step as a PNG with the phases marked, the peak per
 phase, and the categories against the arithmetic (gradients = parameters, AdamW's state = 2 x
 parameters, the activations backward keeps); on a GPU also the allocator's history, a .pickle
@@ -46,6 +48,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 from torch import nn
 from torch.profiler import profile, record_function, schedule
@@ -216,8 +219,9 @@ def parse(argv):
     parser.add_argument(
         "--memory",
         action="store_true",
-        help="profile one more step with its memory events: a PNG of memory by "
-        "category over the step, the peak per phase, the categories against the "
+        help="record the profiled steps' allocations in their trace (named ..._memory, "
+        "for explain --memory), then profile one more step with its memory events: a PNG of "
+        "memory by category over the step, the peak per phase, the categories against the "
         "arithmetic; on a GPU also the allocator's history (.pickle)",
     )
     parser.set_defaults(dtype=None)  # --precision says it
@@ -237,12 +241,9 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     run = cli.Run(run.device, run.dtype, args.precision)
     training.ensure_fits(args, run, weight_bytes=PRECISIONS[args.precision].itemsize)
-    tag = outputs.run_tag(
-        f"b{args.batch}_s{args.seq}_d{args.dim}_h{args.hidden}_n{args.heads}_l{args.layers}",
-        args,
-        run,
-        extra=args.optimizer,
-    )
+    shape = f"b{args.batch}_s{args.seq}_d{args.dim}_h{args.hidden}_n{args.heads}_l{args.layers}"
+    # --memory's trace holds every allocation too: a name of its own, beside the plain run's
+    tag = outputs.run_tag(shape, args, run, extra=args.optimizer) + "_memory" * args.memory
     out = outputs.prepare(args.traces_dir, SCRIPT, tag, gzip=args.gzip)
 
     model = TinyLM(args.vocab, args.dim, args.hidden, args.heads, args.layers).to(run.device)
@@ -271,6 +272,7 @@ def main(argv=None) -> int:
         activities=profiling.activities(run),
         schedule=schedule(wait=args.wait, warmup=args.warmup_steps, active=args.active, repeat=1),
         record_shapes=True,  # the table's input dims tell which GEMM is which
+        profile_memory=args.memory,  # every allocation and free: `explain --memory` reads them
         acc_events=True,  # one cycle (repeat=1): keeps torch from warning it drops old cycles
     ) as prof:
         for _ in range(args.wait + args.warmup_steps + args.active):
@@ -308,9 +310,11 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             snapshot = Path(tmp) / "snapshot.pickle" if run.on_gpu else None
             used = memory.record(step, run, PHASES, snapshot)
-            png = out.table.with_name(f"{out.table.stem}_memory.png")
+            png = out.table.with_suffix(".png")  # the tag ends in _memory
             memory.write(used, png, snapshot, f"{SCRIPT} {out.table.stem}")
         as_expected &= memory.report(used, memory_model(args, model, run.on_gpu))
+        hint = cli.command_hint("explain", out.trace, "--memory")
+        print(f"every allocation of the profiled steps, over time: {hint}")
     if args.bench:
         measured = timing.time_fn(step, on_gpu=run.on_gpu)
         flops, _ = traffic.total(traffic_model(args, cli.element_size(run)))

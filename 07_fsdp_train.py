@@ -61,6 +61,7 @@ import copy
 import sys
 from collections import Counter
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh

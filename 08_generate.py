@@ -71,6 +71,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
+import common.startup  # noqa: F401 - before torch: Ctrl-C while it loads is one line  # isort: skip
 import torch
 from torch.profiler import profile, record_function, schedule
 

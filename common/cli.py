@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from common import startup
 from common.check import WORKSPACE_BYTES, MismatchError
 from common.share import bucket_name
 from tracereader import (  # noqa: F401 - re-exported: the lessons use cli.*
@@ -432,7 +433,9 @@ def run_main(
 ) -> int:
     """Call a script's main through the one runner (tracereader.commandline.run): bad input is
     one stderr line and exit code 2, Ctrl-C, SIGTERM and SIGHUP 130; partial outputs are
-    cleaned up by the context managers the error unwound."""
+    cleaned up by the context managers the error unwound. While the lesson imports, before
+    this, a signal stops it at once, in one line (common/startup.py)."""
+    startup.hand_over()
     return run(lambda: main(argv), known=known)
 
 

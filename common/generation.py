@@ -7,6 +7,7 @@ arithmetic of its floors): common/measuring/generation.py."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from dataclasses import dataclass
 
 import torch
@@ -190,6 +191,11 @@ def refuse(args: argparse.Namespace, script: str) -> argparse.Namespace:
             "--impl hf runs transformers' generate as it comes (static cache, "
             "compiled by transformers on a GPU): no --compile, --cuda-graphs, "
             "--cache dynamic, --fuse, --attention, --gemv, --fused-gate"
+        )
+    if args.impl == "hf" and importlib.util.find_spec("transformers") is None:
+        raise cli.UsageError(
+            "--impl hf runs transformers' LlamaForCausalLM, and transformers is not installed "
+            "here: `uv sync --extra hf` installs it (pyproject.toml's [hf] extra)"
         )
     if args.gemv and (not args.fuse or args.batch != 1 or args.sweep_batch):
         raise cli.UsageError(

@@ -13,6 +13,7 @@ import fcntl
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -22,10 +23,13 @@ from pathlib import Path
 
 import torch
 
-from common.cli import Run, UsageError
+from common.cli import Run, UsageError, failure
 
 DEFAULT_SCHEDULE = (1, 1, 3)  # wait, warmup, active: the posts' schedule
 PARTIAL_PREFIX = ".partial-"  # the temporary folder's name starts with this
+# The profiler writes the path it was given as the trace's name, its last key: the temporary one
+TRACE_NAME = re.compile(r'"traceName"\s*:\s*"(?:[^"\\]|\\.)*"')
+TAIL = 1 << 16  # characters held back at the end of a trace while stamping: the name is there
 
 
 @dataclass(frozen=True)
@@ -58,14 +62,23 @@ def run_tag(
     return "_".join(parts)
 
 
-def stamp(trace: Path, meta: dict) -> bool:
-    """Add top-level keys to an exported Chrome trace, in place; False (and the file untouched)
-    when it does not start as a JSON object, which the read-back then reports. The profiler
-    records the device but not torch's version, and a compiled run is checked against an eager
-    trace only when both came from the same device and torch (common.profiling.look)."""
+def stamp(trace: Path, meta: dict, *, name: str | None = None) -> bool:
+    """Add top-level keys to an exported Chrome trace, in place, and give its traceName as
+    `name` (the final path: the profiler wrote the temporary one); False (and the file
+    untouched) when it does not start as a JSON object, which the read-back then reports. The
+    profiler records the device but not torch's version, and a compiled run is checked against
+    an eager trace only when both came from the same device and torch (common.profiling.look).
+
+    Raises UsageError for a trace cut short (no closing brace, or a gzip stream that stops): on
+    a full disk the profiler's exporter stops writing without an error. A write the disk
+    refused raises its OSError (the runner says it in one line)."""
     opener = gzip.open if trace.name.endswith(".gz") else open
     keys = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in meta.items())
     stamped = trace.with_name(f".stamped-{trace.name}")
+    cut_short = UsageError(
+        f"cannot write {name or trace}: the profiler's export stopped short of the trace's end "
+        "(a full disk?)"
+    )
     try:
         with opener(trace, "rt", encoding="utf-8") as src:
             head = src.read(4096)
@@ -75,13 +88,44 @@ def stamp(trace: Path, meta: dict) -> bool:
                 brace = head.index("{")
                 rest = head[brace + 1 :]
                 empty = rest.lstrip().startswith("}")  # only a stand-in is ever empty
-                dst.write(head[: brace + 1] + keys + ("" if empty else ", ") + rest)
-                shutil.copyfileobj(src, dst, 1 << 20)
-    except (OSError, EOFError, UnicodeDecodeError):  # not gzip after all, or not text
+                dst.write(head[: brace + 1] + keys + ("" if empty else ", "))
+                tail = _copy_but_the_tail(rest, src, dst)
+                if not tail.rstrip().endswith("}"):
+                    raise cut_short
+                dst.write(_renamed(tail, name))
+    except EOFError:  # a gzip stream that stops before its end
         stamped.unlink(missing_ok=True)
+        raise cut_short from None
+    except (OSError, UnicodeDecodeError) as err:  # not gzip after all, or not text
+        stamped.unlink(missing_ok=True)
+        if isinstance(err, OSError) and failure(err) is not None:
+            raise  # a full disk, a quota: the stamp could not be written
         return False
+    except BaseException:
+        stamped.unlink(missing_ok=True)
+        raise
     os.replace(stamped, trace)
     return True
+
+
+def _copy_but_the_tail(first: str, src, dst) -> str:
+    """`first`, then the rest of src, into dst, all but the last TAIL characters: returned."""
+    held = first
+    while chunk := src.read(1 << 20):
+        held += chunk
+        if len(held) > TAIL:
+            dst.write(held[:-TAIL])
+            held = held[-TAIL:]
+    return held
+
+
+def _renamed(tail: str, name: str | None) -> str:
+    """The end of a trace with its (last) traceName set to `name`."""
+    found = list(TRACE_NAME.finditer(tail)) if name is not None else []
+    if not found:
+        return tail
+    last = found[-1]
+    return f'{tail[: last.start()]}"traceName": {json.dumps(name)}{tail[last.end() :]}'
 
 
 def _exists(path: Path) -> bool:
@@ -247,11 +291,11 @@ def publishing(
             yield temps
         finally:
             tempfile.tempdir = tempdir_before
-        for temp in temps:
+        for temp, final in zip(temps, finals, strict=True):
             if not temp.is_file() or temp.stat().st_size == 0:
                 raise OSError(f"{temp.name} was not written (the writer reported no error)")
             if temp.name.endswith((".json", ".json.gz")):
-                stamp(temp, {"torch_version": torch.__version__})
+                stamp(temp, {"torch_version": torch.__version__}, name=str(final))
         if agree is not None:
             asked = True
             agree(None)

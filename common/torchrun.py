@@ -43,9 +43,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-from common import cli, outputs
+from common import cli, outputs, startup
 from common.cli import Run, UsageError, int_in, one_line
 from common.outputs import Outputs
+from tracereader import Stopped
 
 DEFAULT_TIMEOUT_S = 120  # a collective that takes longer is a failure
 CAUSE_WAIT_S = 10  # how long rank 0 waits for the cause of a failure it saw only the effect of
@@ -62,7 +63,9 @@ class RankFailed(Exception):
 
 
 class Terminated(BaseException):
-    """SIGTERM: torchrun stops every rank once one has exited with an error."""
+    """SIGTERM: torchrun stops every rank once one has exited with an error (the effect: rank 0
+    reports that rank's line, from the store), or when it was stopped itself (`kill`: no rank
+    posted a line, and every rank exits 130, as for Ctrl-C)."""
 
 
 class InjectedFault(RuntimeError):
@@ -240,16 +243,33 @@ def publishing(out: Outputs) -> Iterator[tuple[Path, Path | None]]:
 
 
 def _stop(signum, frame):
-    for sig in (signal.SIGINT, signal.SIGTERM):  # once: the cleanup it starts must finish
+    for sig in startup.STOP_SIGNALS:  # once: the cleanup it starts must finish
         signal.signal(sig, signal.SIG_IGN)
-    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated()
+    if signum == signal.SIGTERM:
+        raise Terminated()
+    raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signal.Signals(signum).name)
+
+
+def _stop_on_signals() -> list[int]:
+    """SIGINT (Ctrl-C: torchrun passes on what it gets), SIGTERM (torchrun stopping the ranks)
+    and SIGHUP (a closed terminal) unwind the run; SIGHUP only where it has its default action
+    (under nohup it stays ignored). Returns the signals handled."""
+    startup.hand_over()  # the lesson's imports are done (common/startup.py stopped them at once)
+    handled = [signal.SIGINT, signal.SIGTERM]
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
+        handled.append(hangup)
+    for sig in handled:
+        signal.signal(sig, _stop)
+    return handled
 
 
 def _failure(err: BaseException) -> tuple[int, str, str]:
     """The exit code, one line, and whose failure it is: "own" (this rank's), "effect" (of
     another rank's) or "bug" (this rank's, unforeseen: its traceback is wanted)."""
-    if isinstance(err, Terminated):
-        return 143, "stopped by torchrun (SIGTERM) after another rank exited", "effect"
+    if isinstance(err, Terminated):  # rank 0 says another rank's line instead, where one came
+        why = "torchrun was stopped, or another rank exited"
+        return 130, f"stopped by SIGTERM from torchrun (handled as Ctrl-C): {why}", "effect"
     known = cli.failure(err)
     if known is not None:
         return *known, "own"
@@ -314,13 +334,12 @@ def run_main(
     rank, stderr = env_rank(), sys.stderr
     if rank != 0:
         _quiet()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _stop)
+    handled = _stop_on_signals()
     try:
         try:
             code = main(argv) or 0
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):  # the report must not be cut short
+            for sig in handled:  # the report must not be cut short
                 signal.signal(sig, signal.SIG_IGN)
     except (Exception, KeyboardInterrupt, Terminated) as err:
         code, line, whose = _failure(err)

@@ -134,7 +134,7 @@ def torchrun_in_process(monkeypatch, main, *argv: str, rank: int | None, world: 
         sys.stdout = sys.stderr = hidden
 
     monkeypatch.setattr(torchrun, "_quiet", quiet)
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         return torchrun.run_main(main, list(argv)), hidden.getvalue()
     finally:

@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,32 @@ def time_bound():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
+
+
+# What stops a run: Ctrl-C, `kill`, a closed terminal. A test run may inherit some of them
+# ignored (nohup ignores SIGHUP; a background job or a CI runner, SIGINT), and Python installs
+# its KeyboardInterrupt only over SIGINT's default: a test that sends one sets them itself.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def default_signals() -> None:
+    """A child's preexec_fn: the stop signals at their default actions, as in a terminal."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+@contextmanager
+def signals_at_default() -> Iterator[None]:
+    """The same in this process (SIGINT: Python's KeyboardInterrupt), put back after."""
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def files(folder: Path) -> set[str]:

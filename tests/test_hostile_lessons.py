@@ -15,10 +15,13 @@ import pytest
 
 from tests.helpers import ROOT
 from tests.hostile import (
+    STOP_SIGNALS,
+    default_signals,
     files,
     lesson,
     run_process,
     said_once,
+    signals_at_default,
     time_bound,  # noqa: F401  (autouse: a hang fails, never blocks)
 )
 
@@ -168,7 +171,7 @@ def test_torchrun_variables_set_by_hand_are_one_line(script, env, tmp_path, caps
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(torchrun, "_quiet", lambda: None)  # would point fd 1 at /dev/null
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     try:
         code = torchrun.run_main(load_script(script).main, ["--traces-dir", str(tmp_path)])
     finally:
@@ -176,6 +179,28 @@ def test_torchrun_variables_set_by_hand_are_one_line(script, env, tmp_path, caps
             signal.signal(sig, handler)
     said_once(code, capsys.readouterr().err, words=words)
     assert files(tmp_path) == set()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_to_a_torchrun_rank_is_exit_130_said_by_rank_0(sig, rank, monkeypatch, capsys):
+    """torchrun passes the signal it gets to every rank (Ctrl-C: SIGINT, `kill`: SIGTERM, a
+    closed terminal: SIGHUP): each rank exits 130, rank 0 alone says why, in one line."""
+    from tests.helpers import torchrun_in_process
+
+    def main(argv):
+        handler = signal.getsignal(getattr(signal, sig))
+        assert callable(handler), f"{sig} would end the rank without a word"
+        os.kill(os.getpid(), getattr(signal, sig))
+        time.sleep(5)
+
+    with signals_at_default():  # as torchrun starts a rank
+        code, quiet = torchrun_in_process(monkeypatch, main, rank=rank)
+    err = capsys.readouterr().err
+    if rank == 0:
+        said_once(code, err, want=130, words="Ctrl-C" if sig == "SIGINT" else f"by {sig}")
+    else:
+        assert (code, err, quiet) == (130, "", "")
 
 
 # --- 3. nothing left behind: signals, a full disk, a killed run's temporary folder ------------
@@ -201,7 +226,8 @@ def test_a_signal_during_the_export_leaves_nothing(sig, gz, tmp_path, capsys, mo
 
     monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export_then_signal)
     argv = [*LINEAR_SMALL, "--traces-dir", str(tmp_path / "t")] + ["--gzip"] * gz
-    code, err = lesson("02_linear", *argv, capsys=capsys)
+    with signals_at_default():  # as in a terminal, also where this test run ignores some
+        code, err = lesson("02_linear", *argv, capsys=capsys)
     said_once(code, err, want=130, words="Ctrl-C")
     assert files(tmp_path) == {"tmp"}
 
@@ -225,6 +251,74 @@ def test_a_refused_write_during_the_export_is_one_line(errno_, tmp_path, capsys,
     assert files(tmp_path) == set()
 
 
+GZIP_LESSONS = {"01_matmul_add": ["--size", "64"], "08_generate": ["--new-tokens", "3"]}
+
+
+@pytest.mark.parametrize(
+    "script", ["01_matmul_add", pytest.param("08_generate", marks=pytest.mark.slow)]
+)  # 08: a generation and its float32 reference, seconds on two busy cores
+def test_a_disk_that_fills_during_a_gzip_export_is_one_line_exit_2(
+    script, tmp_path, capsys, monkeypatch
+):
+    """Room for the profiler's gzip stream and no more: the trace stamped with torch's version,
+    a second gzip file, meets a full disk (it was published unstamped, exit 0)."""
+    import errno
+    import gzip
+
+    real, first = gzip.GzipFile.write, []
+
+    def full_after_the_first_file(self, data):
+        first[:] = first or [id(self)]
+        if id(self) != first[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+
+    monkeypatch.setattr(gzip.GzipFile, "write", full_after_the_first_file)
+    argv = [*GZIP_LESSONS[script], "--gzip", "--traces-dir", str(tmp_path)]
+    code, err = lesson(script, *argv, capsys=capsys)
+    said_once(code, err, words="No space left on device")
+    assert files(tmp_path) == set()
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_an_export_cut_short_by_a_full_disk_is_one_line_exit_2(gz, tmp_path, capsys, monkeypatch):
+    """On a full disk the profiler's exporter stops writing and says nothing: its JSON ends
+    mid-event (and torch gzips what there is). It was published, and its read-back failed in
+    a traceback."""
+    import gzip
+
+    import torch
+
+    real = torch.profiler.profile.export_chrome_trace
+
+    def cut_short(self, path):
+        whole = tmp_path / "whole.json"
+        real(self, str(whole))
+        text = whole.read_bytes()
+        whole.unlink()
+        with (gzip.open if path.endswith(".gz") else open)(path, "wb") as out:
+            out.write(text[: len(text) // 2])
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", cut_short)
+    argv = [*GZIP_LESSONS["01_matmul_add"], "--traces-dir", str(tmp_path / "t")] + ["--gzip"] * gz
+    code, err = lesson("01_matmul_add", *argv, capsys=capsys)
+    said_once(code, err, words="stopped short of the trace's end")
+    assert files(tmp_path) == set()
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_the_trace_is_named_by_its_final_path(gz, tmp_path, capsys):
+    """Chrome's traceName: where the trace is, not the temporary folder it was written in."""
+    import gzip
+    import json
+
+    argv = [*LINEAR_SMALL, "--traces-dir", str(tmp_path)] + ["--gzip"] * gz
+    code, _ = lesson("02_linear", *argv, capsys=capsys)
+    (trace,) = (tmp_path / "02_linear").glob("*.json*")
+    with (gzip.open if gz else open)(trace, "rt") as f:
+        assert (code, json.load(f)["traceName"]) == (0, str(trace))
+
+
 def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(tmp_path, capsys):
     folder = tmp_path / "02_linear"
     dead = subprocess.Popen(["true"])
@@ -237,6 +331,71 @@ def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(tmp_path, cap
     assert code == 0
     left = {p.name for p in folder.iterdir() if p.name.startswith(".partial")}
     assert left == {f".partial-{os.getppid()}-xalive", ".partial-notapid-x"}
+
+
+# A lesson's `python -c` stand-in: the script run as __main__ (as `python 08_generate.py` runs
+# it), torch's import (seconds: 08's imports took ~10 s on two busy cores) held open instead.
+IMPORTING = """
+import runpy, sys, time
+class SlowTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            print("importing torch", flush=True)
+            time.sleep(60)
+sys.meta_path.insert(0, SlowTorch())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "sig", "rank"),
+    [("08_generate", "SIGINT", None), ("08_generate", "SIGTERM", None),
+     ("08_generate", "SIGHUP", None), ("07_fsdp_train", "SIGINT", 0),
+     ("07_fsdp_train", "SIGINT", 1)],
+)  # fmt: skip
+def test_a_signal_while_a_lesson_imports_is_one_line_exit_130(script, sig, rank, tmp_path):
+    """Ctrl-C before the lesson's main runs, while torch loads: one line (a traceback of the
+    import chain before), exit 130, nothing written; under torchrun rank 0 alone says it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if rank is not None:
+        env.update(RANK=str(rank), WORLD_SIZE="2", TORCHELASTIC_RUN_ID="test")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IMPORTING, f"{script}.py", "--traces-dir", str(tmp_path)],
+        cwd=ROOT, env=env, preexec_fn=default_signals, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout.readline() == "importing torch\n"
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=60)
+    if rank == 1:
+        assert (proc.returncode, err) == (130, "")
+    else:
+        said_once(proc.returncode, err, want=130, words="Ctrl-C")
+    assert files(tmp_path) == set()
+
+
+def test_every_lesson_imports_its_signal_guard_before_torch():
+    """common.startup is what makes the case above one line: above torch, in every lesson."""
+
+    def first(lines, *starts):
+        return next((i for i, line in enumerate(lines) if line.startswith(starts)), len(lines))
+
+    late = []
+    for path in sorted(ROOT.glob("[0-9][0-9]_*.py")):
+        lines = path.read_text().splitlines()
+        if not first(lines, "import common.startup") < first(lines, "import torch", "from torch"):
+            late.append(path.name)
+    assert late == []
+
+
+def test_impl_hf_without_transformers_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as where it is not installed
+    argv = ["--impl", "hf", "--traces-dir", str(tmp_path)]
+    code, err = lesson("08_generate", *argv, capsys=capsys)
+    said_once(code, err, words="`uv sync --extra hf` installs it")
+    assert files(tmp_path) == set()
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import torch
 
 import tracereader
 from common import check, training
-from tests.helpers import ROOT, load_script, run_script
+from tests.helpers import ROOT, load_script, read_trace, run_script
 from tracereader.analyses.phases import step as phases_of
 from tracereader.judge import expectations
 from tracereader.trace import load as trace_reader
@@ -113,6 +113,25 @@ def test_memory_by_category_agrees_with_the_arithmetic_and_draws_the_step(tmp_pa
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the allocator's history is CUDA's: no snapshot from a CPU run
     assert not list(tmp_path.rglob("*.pickle"))
+
+
+@pytest.mark.slow  # two runs of the lesson, one with memory events: seconds on two busy cores
+def test_memory_runs_trace_holds_the_allocations_beside_the_plain_trace(tmp_path, capsys):
+    """--memory's profiled steps carry every allocation and free, what `explain --memory`
+    reads, in a trace named ..._memory: a plain run's trace of the same flags stays as it was."""
+    from tracereader.commands import explain
+
+    assert run_step(tmp_path, "--precision", "fp32") == 0
+    (plain,) = (tmp_path / "06_train_step").glob("*.json")
+    before = plain.read_bytes()
+    assert run_step(tmp_path, "--precision", "fp32", "--memory") == 0
+    with_memory = plain.with_name(f"{plain.stem}_memory.json")
+    assert plain.read_bytes() == before and with_memory.is_file()
+    allocations = [e for e in read_trace(with_memory) if e.get("name") == "[memory]"]
+    assert allocations and not [e for e in read_trace(plain) if e.get("name") == "[memory]"]
+    png = tmp_path / "memory.png"
+    assert explain.main([str(with_memory), "--memory", "--memory-png", str(png)]) == 0
+    assert png.is_file() and "peak allocated" in capsys.readouterr().out
 
 
 H100 = sorted((ROOT / "tests/fixtures/h100/train_step").glob("*.json.gz"))

@@ -66,13 +66,20 @@ def files_under(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
 
 
+def default_signals() -> None:
+    """A child's preexec_fn: Ctrl-C, SIGTERM and SIGHUP at their defaults, as in a terminal,
+    whatever this process inherited (nohup, a background job or a CI runner ignore some)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def interrupted(argv: list[str], env: dict[str, str], logs: Path) -> tuple[int, str, float]:
     """Ctrl-C as a terminal sends it (SIGINT to torchrun) once rank 0 has checked its output.
     Returns (exit code, torchrun's stderr, seconds from SIGINT to the end)."""
     env = {**env, "PYTHONUNBUFFERED": "1"}  # rank 0's lines reach its log at once
     proc = subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=default_signals,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + LAUNCH_TIMEOUT_S
