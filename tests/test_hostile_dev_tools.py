@@ -178,7 +178,7 @@ def link_outcome(argv: list, capsys) -> tuple[int, str, str]:
     from common import torchrun
     from tools.dev.ranks import link_curve
 
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         return outcome(lambda a: torchrun.run_main(link_curve.main, a), [*map(str, argv)], capsys)
     finally:

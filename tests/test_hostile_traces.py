@@ -16,6 +16,7 @@ import pytest
 
 from tests.helpers import ROOT
 from tests.hostile import (
+    default_signals,
     events,
     files,
     outcome,
@@ -286,6 +287,7 @@ def test_ctrl_c_in_explain_is_exit_130_and_one_line(tmp_path):
         [sys.executable, "-m", "tracereader.commands.explain", str(big)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=default_signals,  # Ctrl-C as in a terminal, whatever this run inherited
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -296,3 +298,241 @@ def test_ctrl_c_in_explain_is_exit_130_and_one_line(tmp_path):
     if proc.returncode == 0:
         pytest.skip("explain finished before the signal came")
     said_once(proc.returncode, err, want=130, words="interrupted")
+
+
+# --- 1. ops nested thousands deep -----------------------------------------------------------
+
+
+def nested_ops(path: Path, depth: int) -> Path:
+    """One step holding `depth` ops, each inside the one before it, and a kernel the innermost
+    launched: a recursion traced op by op (aten::linear: the backward's recomputation is
+    looked for above each of them too)."""
+    found = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0,
+         "dur": 10 * depth + 1000, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": depth + 5, "dur": 5,
+         "pid": 1, "tid": 1, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": depth + 20, "dur": 100, "pid": 0,
+         "tid": 7, "args": {"stream": 7, "device": 0, "correlation": 1}},
+    ]  # fmt: skip
+    found += [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 1 + i, "dur": 10 * depth - 2 * i,
+         "pid": 1, "tid": 1}
+        for i in range(depth)
+    ]  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": found}))
+    return path
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"], ["--ops", "--all-steps"]], ids=" ".join)
+def test_ops_nested_thirty_thousand_deep_are_read(flags, tmp_path, capsys):
+    """Each op's phase (and any backward node above it) was found by walking all its
+    ancestors: quadratic in the depth (over 40 s at this depth, a hang to the time bound);
+    each op is now walked once."""
+    path = nested_ops(tmp_path / "deep.json", 30_000)
+    code, out, err = outcome(explain.main, [str(path), *flags], capsys)
+    assert code == 0 and err == "", err
+    if flags == ["--json"]:
+        assert json.loads(out)["traces"][0]["steps"]
+    else:
+        assert "aten::linear" in out and "1 recorded steps" in out
+
+
+def test_a_cpu_only_checkpointed_step_is_read(tmp_path, capsys):
+    """Gradient checkpointing on the CPU: the recomputed forward launched no GPU work, so its
+    cost is the host's time alone (it was a KeyError)."""
+    path = tmp_path / "ck.json"
+    found = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 1000,
+         "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 10, "dur": 200, "pid": 1,
+         "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: "
+         "CheckpointFunctionBackward", "ts": 300, "dur": 600, "pid": 1, "tid": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "ts": 310, "dur": 400, "pid": 1,
+         "tid": 2},
+    ]  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": found}))
+    code, out, err = outcome(explain.main, [str(path)], capsys)
+    assert code == 0 and err == "", err
+    assert "recomputation: gradient checkpointing" in out and "of the host's time a step" in out
+
+
+# --- 2. a shape, a grid or a byte count no GPU has --------------------------------------------
+
+BEYOND_FLOAT = 10**400  # an int float() refuses (OverflowError), within the int digit limit
+
+
+def huge_shapes(path: Path) -> Path:
+    found = events()
+    mm = found[1]
+    mm["args"] = {"Input Dims": [[BEYOND_FLOAT, 2], [2, BEYOND_FLOAT]],
+                  "Input type": ["float", "float"]}  # fmt: skip
+    for corr, (cat, name, args) in enumerate(
+        [
+            ("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32",
+             {"grid": [BEYOND_FLOAT, 1, 1], "block": [128, 1, 1],
+              "registers per thread": BEYOND_FLOAT}),
+            ("gpu_memcpy", "Memcpy DtoD (Device -> Device)", {"bytes": BEYOND_FLOAT}),
+        ],
+        start=1,
+    ):  # fmt: skip
+        found.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                      "ts": 2 + corr, "dur": 1, "pid": 1, "tid": 1,
+                      "args": {"correlation": corr}})  # fmt: skip
+        found.append({"ph": "X", "cat": cat, "name": name, "ts": 30 * corr, "dur": 10,
+                      "pid": 0, "tid": 7,
+                      "args": {"correlation": corr, "stream": 7, "device": 0, **args}})  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": found}))
+    return path
+
+
+@pytest.mark.parametrize("command", ["explain", "explain --json", "explain --kernels", "compare"])
+def test_shapes_and_sizes_past_int64_are_left_out_not_a_traceback(command, tmp_path, capsys):
+    path = str(huge_shapes(tmp_path / "huge.json"))
+    other = str(trace_file(tmp_path / "plain.json"))
+    argv = {
+        "explain": [path],
+        "explain --json": [path, "--json"],
+        "explain --kernels": [path, "--kernels"],
+        "compare": [other, path],
+    }[command]
+    main = compare.main if command == "compare" else explain.main
+    code, out, err = outcome(main, argv, capsys)
+    assert code == 0 and err == "", err
+    assert "sm90_xmma_gemm" in out  # the kernel is read; its impossible numbers are not
+
+
+# --- 3. the link-curve cache: not what we wrote -----------------------------------------------
+
+
+def deep_json(file: Path) -> None:
+    file.write_text("[" * 100_000 + "]" * 100_000)
+
+
+def long_csv_field(file: Path) -> None:
+    key = "NVIDIA H200 | gloo | 2 ranks | curve"
+    curve = f"# {key[:-8]} | x\nkind,bytes,bus_GBps\nall-reduce,{'1' * 200_000},3\n"
+    file.write_text(json.dumps({key: curve}))
+
+
+def fifo_cache(file: Path) -> None:
+    os.mkfifo(file)
+
+
+def endless_cache(file: Path) -> None:
+    file.symlink_to("/dev/zero")
+
+
+CACHES = {
+    "nested 100,000 deep": (deep_json, "nested deeper than"),
+    "a 200 KB CSV field": (long_csv_field, "field larger than field limit"),
+    "a FIFO": (fifo_cache, "a FIFO"),
+    "a link to /dev/zero": (endless_cache, "a device"),
+}
+
+
+@pytest.mark.parametrize("case", list(CACHES))
+def test_a_link_cache_not_ours_is_a_note_and_ignored(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    make, words = CACHES[case]
+    cache = tmp_path / "cache" / "profiling-pytorch" / "links.json"
+    cache.parent.mkdir(parents=True)
+    make(cache)
+    stem = rank_files(tmp_path / "run")
+    for rank in (0, 1):  # the device named: the run's link is looked up in the cache
+        file = tmp_path / "run" / f"run_rank{rank}.json"
+        doc = json.loads(file.read_text())
+        doc["deviceProperties"] = [{"id": rank, "name": "NVIDIA H200"}]
+        file.write_text(json.dumps(doc))
+    code, out, err = outcome(explain.main, [str(stem)], capsys)
+    assert code == 0 and "2 of 2 ranks" in out and "NVIDIA H200" in out, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"note: the cache {cache} is ignored"), err
+    assert words in lines[0]
+
+
+# --- 4. malformed allocator events -----------------------------------------------------------
+
+
+def memory_event(ts: float = 5.0, tid: object = 1, **args) -> dict:
+    fields = {"Bytes": 512, "Total Allocated": 512, "Total Reserved": 2048, "Addr": 4096,
+              "Device Type": 1, "Device Id": 0, **args}  # fmt: skip
+    return {"ph": "i", "s": "t", "name": "[memory]", "ts": ts, "pid": 1, "tid": tid,
+            "args": fields}  # fmt: skip
+
+
+MEMORY = {  # what the trace adds to a step, made when the case runs; what the reading says
+    "NaN timestamps": (lambda: [memory_event(ts=float("nan"))] * 3, "ts: 3"),
+    "bytes as strings": (lambda: [memory_event(Bytes="512")] * 3, "Bytes: 3"),
+    "totals past int64": (
+        lambda: [memory_event(**{"Total Allocated": 2**64})] * 3,
+        "Total Allocated: 3",
+    ),
+    "70,000 devices": (
+        lambda: [memory_event(**{"Device Id": i, "Addr": i}) for i in range(70_000)],
+        "Device Type/Device Id (past 2 devices): 69,998",
+    ),
+    "70,000 threads": (  # past the 16-bit thread index
+        lambda: [memory_event(tid=i, Addr=i) for i in range(70_000)],
+        "pid/tid (past 65536 threads): 4,464",
+    ),
+    "a thread id that is a list": (lambda: [memory_event(tid=[1])], "pid/tid: 1"),
+}
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=[pytest.mark.slow] * c.startswith("70,000")) for c in MEMORY]
+)
+def test_malformed_memory_events_are_said_malformed(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("tracereader.trace.memory.MAX_DEVICES", 2)  # the bound, smaller
+    added, words = MEMORY[case]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"traceEvents": events() + added()}))
+    argv = [str(path), "--memory", "--memory-png", str(tmp_path / "m.png")]
+    code, out, err = outcome(explain.main, argv, capsys)
+    assert "Traceback" not in err and "has no memory events" not in err
+    said = err if code == 2 else out
+    assert code in (0, 2) and "malformed [memory] events left out" in said, (code, err)
+    assert words in said
+
+
+def test_an_event_order_past_int64_falls_back_to_the_file_order(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"traceEvents": events() + [memory_event(**{"Ev Idx": 2**70})]}))
+    argv = [str(path), "--memory", "--memory-png", str(tmp_path / "m.png")]
+    code, out, err = outcome(explain.main, argv, capsys)
+    assert code == 0 and err == "", err
+    assert "cuda:0: 1 events (1 allocations, 0 frees)" in out and "malformed" not in out
+
+
+# --- 5. kernels overlapping on one stream ----------------------------------------------------
+
+
+def one_stream(path: Path, spans: list[tuple[float, float]]) -> Path:
+    found = events()
+    for corr, (ts, dur) in enumerate(spans, start=1):
+        found.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                      "ts": 2 + corr, "dur": 1, "pid": 1, "tid": 1,
+                      "args": {"correlation": corr}})  # fmt: skip
+        found.append({"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32",
+                      "ts": ts, "dur": dur, "pid": 0, "tid": 7,
+                      "args": {"correlation": corr, "stream": 7, "device": 0}})  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": found}))
+    return path
+
+
+def test_kernels_inside_each_other_on_one_stream_are_a_health_problem(tmp_path, capsys):
+    path = one_stream(tmp_path / "x.json", [(10, 60), (20, 10), (30, 5), (80, 10)])
+    code, out, err = outcome(explain.main, [str(path)], capsys)
+    assert code == 0 and err == ""
+    assert "PROBLEM: [health] kernels overlap on stream 7: 2 start after another" in out
+
+
+def test_a_dependent_launch_starting_early_on_its_stream_is_no_problem(tmp_path, capsys):
+    """Programmatic dependent launch: the next kernel starts in the tail of the one before it
+    and ends after it, on one stream; real H100 and H200 traces show it."""
+    path = one_stream(tmp_path / "x.json", [(10, 30), (38, 20), (56, 10)])
+    code, out, err = outcome(explain.main, [str(path)], capsys)
+    assert code == 0 and err == ""
+    assert "kernels overlap" not in out and "PROBLEM" not in out

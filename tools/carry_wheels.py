@@ -42,7 +42,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from tracereader import Parser, UsageError, one_line, run
+from tracereader import NotRegular, Parser, UsageError, one_line, read_regular, run
 
 ROOT = Path(__file__).resolve().parent.parent
 # What ran on an H100 with torch 2.11.0+cu130 (see README, "Hopper's own kernels"). cu13 only:
@@ -237,16 +237,12 @@ def read_manifest(folder: Path) -> dict:
 
 
 def read_small(path: Path, limit: int) -> bytes | None:
-    """At most limit + 1 bytes of `path`; None where it is no regular file (checked once open,
-    and opened without blocking: a FIFO would hang the open, /dev/zero never end)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    """At most limit + 1 bytes of `path`; None where it is no regular file (a FIFO would hang
+    the open, /dev/zero never end: tracereader.read_regular)."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(limit + 1)
-    finally:
-        os.close(fd)
+        return read_regular(path, limit)
+    except NotRegular:
+        return None
 
 
 def _size_problem(where: str, value) -> str | None:

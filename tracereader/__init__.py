@@ -2,7 +2,8 @@
 
 Its layers, each a folder or file, import only from the ones above them in this list:
 
-    units, commandline, caches   leaves: numbers as text, the parser, the measurement caches
+    units, files, commandline, caches   leaves: numbers as text, a small input read safely,
+                the parser, the measurement caches
     names/      what a name or an event says: kernel classes and decoded kernel names, torch's
                 op names, a kernel's footprint and occupancy, datasheet peaks of devices
     trace/      a trace file into the trace model (load, model), time as unions (intervals),
@@ -13,8 +14,8 @@ Its layers, each a folder or file, import only from the ones above them in this 
                 (diff), memory over time (memory), the link as a curve (linkcurve), GEMMs'
                 problems (gemms), casts (casts), where the host's step goes (hostside),
                 the GPU's nameable causes (gpuside), memory that grows per step (growth),
-                the late rank and why (straggle), and the readings the lessons print
-                (training, sdpa, bench)
+                the late rank and why (straggle), work one stream cannot have run
+                (streams), and the readings the lessons print (training, sdpa, bench)
     judge/      findings ranked by the time at stake, the cause named first (cause,
                 cause_text); the lessons' declared expectations
     reading     one Reading per trace (a run: read_run), built once
@@ -27,7 +28,8 @@ This module is the one door the lessons use: `load`, `read`, `read_run`, `run_te
 (`phase_steps`, `phase_line`, `launched_under`, `collectives_by_phase`), 04_c's (`sdpa_row`,
 `host_time`) and 08's generation (`generation`, `generation_steps`, `gemm_rows`,
 `key_lengths`, `launch_calls`), and what common/ and the tools share with the reader: the
-command-line kit (`Parser`, `UsageError`, the whole-number types, `one_line`, `run_cli`), names
+command-line kit (`Parser`, `UsageError`, the whole-number types, `one_line`, `run_cli`,
+`read_regular` for an input that may be a FIFO or a device), names
 (`classify`, the kernel classes, `datasheet`, `OP_NAMES`), units and the benches' analyses.
 common/ and tools/ reach the reader only through here (tests/test_house.py holds them to it).
 Nothing here imports torch or the lessons' plumbing in `common/`.
@@ -68,6 +70,8 @@ _DOOR = {
     "size_up_to": ("tracereader.commandline", "size_up_to"),
     "run_cli": ("tracereader.commands.shared", "run_cli"),
     "run": ("tracereader.commandline", "run"),
+    "read_regular": ("tracereader.files", "read_regular"),
+    "NotRegular": ("tracereader.files", "NotRegular"),
     "failure": ("tracereader.commandline", "failure"),
     "interrupted": ("tracereader.commandline", "interrupted"),
     "Stopped": ("tracereader.commandline", "Stopped"),

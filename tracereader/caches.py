@@ -1,17 +1,25 @@
 """The measurement caches under ~/.cache/profiling-pytorch/ (device ceilings, link bandwidth):
 read forgivingly, written whole.
 
-A cache is a convenience: a missing, damaged or foreign file (valid JSON that is not an object)
-reads as empty and costs a re-measure; an unwritable one is skipped. Writes go to a temporary
-name and are renamed, so a reader never sees half a file.
+A cache is a convenience: a missing file reads as empty and costs a re-measure; one that is not
+what we wrote (not a regular file: a FIFO, a link to a device; larger than MAX_BYTES; not JSON;
+nested deeper than MAX_DEPTH; not an object) reads as empty too, with one note on stderr, and
+is never read past its bound nor opened when it is no regular file. An unwritable one is
+skipped. Writes go to a temporary name and are renamed, so a reader never sees half a file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
+
+from tracereader.files import NotRegular, read_regular
+
+MAX_BYTES = 4 << 20  # ours hold a few curves and ceilings: a few KB
+MAX_DEPTH = 8  # ours nest 3 deep (key, probe, fields)
 
 
 def path(name: str) -> Path:
@@ -20,12 +28,68 @@ def path(name: str) -> Path:
     return Path(base) / "profiling-pytorch" / name
 
 
+class Foreign(ValueError):
+    """A cache file that is not what we wrote: why, for the note."""
+
+
 def load(file: Path) -> dict:
+    """The cache's object; {} where it is missing, or (with a note) not what we wrote."""
     try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError):
+        data = _parsed(_text(file))
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    except (OSError, Foreign) as err:
+        ignored(file, str(err) if isinstance(err, Foreign) else err.strerror or str(err))
+        return {}
+    return data
+
+
+def ignored(file: Path, why: str) -> None:
+    """One note on stderr for a cache the reader leaves aside, once per file and reason."""
+    if (str(file), why) in _NOTED:
+        return
+    _NOTED.add((str(file), why))
+    print(f"note: the cache {file} is ignored: {why[:200]}", file=sys.stderr)
+
+
+_NOTED: set[tuple[str, str]] = set()
+
+
+def _text(file: Path) -> str:
+    """The file's text: a regular file (a link is followed only to one) of at most MAX_BYTES,
+    never opened where it is a FIFO or a device (files.read_regular)."""
+    try:
+        data = read_regular(file, MAX_BYTES)
+    except NotRegular as err:
+        raise Foreign(f"{err}, not a file we wrote") from None
+    if len(data) > MAX_BYTES:
+        raise Foreign(f"larger than {MAX_BYTES >> 20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Foreign("not UTF-8 text") from None
+
+
+def _parsed(text: str) -> dict:
+    """The JSON object in `text`, at most MAX_DEPTH deep; Foreign otherwise."""
+    try:
+        data = json.loads(text)
+    except RecursionError:  # the decoder's own bound on nesting, far past ours
+        raise Foreign(f"nested deeper than {MAX_DEPTH}") from None
+    except ValueError:
+        raise Foreign("not JSON") from None
+    if not isinstance(data, dict):
+        raise Foreign("not a JSON object")
+    level: list = [data]
+    for _ in range(MAX_DEPTH):
+        level = [v for x in level for v in _values(x) if isinstance(v, dict | list)]
+        if not level:
+            return data
+    raise Foreign(f"nested deeper than {MAX_DEPTH}")
+
+
+def _values(container: dict | list):
+    return container.values() if isinstance(container, dict) else container
 
 
 def save(file: Path, data: dict) -> None:

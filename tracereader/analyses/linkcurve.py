@@ -91,7 +91,14 @@ class LinkCurve:
 
     @classmethod
     def from_csv(cls, text: str) -> LinkCurve:
-        """The inverse of to_csv; ValueError on anything else."""
+        """The inverse of to_csv; ValueError on anything else (a field past csv's limit too)."""
+        try:
+            return cls._from_csv(text)
+        except csv.Error as err:
+            raise ValueError(f"not a link curve: {err}") from None
+
+    @classmethod
+    def _from_csv(cls, text: str) -> LinkCurve:
         lines = text.splitlines()
         if not lines or not lines[0].startswith("# "):
             raise ValueError("not a link curve: its first line names the device and ranks")
@@ -104,7 +111,7 @@ class LinkCurve:
             if kind not in KINDS or nbytes is None or bus is None:
                 raise ValueError(f"not a link curve row: {row}")
             value = float(bus) * 1e9
-            if not math.isfinite(value) or value <= 0 or int(nbytes) <= 0:
+            if not math.isfinite(value) or value <= 0 or not 0 < int(nbytes) < 2**63:
                 raise ValueError(f"not a link curve row: {row}")
             points.setdefault(kind, []).append((int(nbytes), value))
         for kind, rows in points.items():  # one point per size (the best, where repeated)

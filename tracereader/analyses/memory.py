@@ -51,8 +51,9 @@ def op_name(op: CpuOp | None) -> str:
 
 
 def read(trace: Trace) -> dict:
-    """{devices, steps}; devices: one dict per device with memory events (GPUs first, then
-    the CPU), [] when the trace has none (or was loaded without them):
+    """{devices, steps, malformed}; devices: one dict per device with memory events (GPUs
+    first, then the CPU), [] when the trace has none (or was loaded without them); malformed:
+    the `[memory]` events left out, by the field that made them unusable, most first:
 
     {device, events, allocations, frees, before_bytes (allocated when the trace began),
      peak: {bytes, reserved_bytes, ts, step, step_index, from_step_start_us, phase},
@@ -80,14 +81,15 @@ def read(trace: Trace) -> dict:
             }
         )
     memory = getattr(trace, "memory", None)  # set by load(); a Trace built otherwise has none
+    malformed = dict(memory.malformed.most_common()) if memory is not None else {}
     if memory is None or not len(memory):
-        return {"devices": [], "steps": steps}
+        return {"devices": [], "steps": steps, "malformed": malformed}
     by_device: dict[int, list[int]] = {}
     for i, device in enumerate(memory.device):
         by_device.setdefault(device, []).append(i)
     devices = [_device(trace, memory, d, indices, spans) for d, indices in by_device.items()]
     devices.sort(key=lambda d: (d["device"].startswith("cpu"), d["device"]))
-    return {"devices": devices, "steps": steps}
+    return {"devices": devices, "steps": steps, "malformed": malformed}
 
 
 def _device(trace: Trace, memory, device: int, indices: list[int], spans: dict) -> dict:

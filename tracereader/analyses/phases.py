@@ -15,7 +15,7 @@ import functools
 import re
 
 from tracereader.trace import intervals
-from tracereader.trace.model import CpuOp, Step, ancestors, per_step
+from tracereader.trace.model import CpuOp, Step, per_step
 
 _PHASES = (
     (
@@ -43,14 +43,23 @@ def _phase(name: str) -> str | None:
     return None
 
 
-def _marker(op: CpuOp | None) -> CpuOp | None:
+def _marker(op: CpuOp | None, known: dict[int, CpuOp | None]) -> CpuOp | None:
     """The outermost op among `op` and its ancestors whose name says a phase: a wrapper
     around the whole step (a user's `record_function("train_step")`, a `train_step()` with its
-    own annotation) says none, so the phases inside it are found below it."""
-    found = None
-    for node in ancestors(op):
-        if _phase(node.name):
+    own annotation) says none, so the phases inside it are found below it.
+
+    `known` (op id -> its marker) is filled on the way: an op's marker is its parent's, else
+    itself where its name says a phase, so each op is walked once however deep the nesting
+    (asking every op for all its ancestors is quadratic in the depth)."""
+    chain = []
+    while op is not None and id(op) not in known:
+        chain.append(op)
+        op = op.parent
+    found = known[id(op)] if op is not None else None
+    for node in reversed(chain):  # outermost first
+        if found is None and _phase(node.name):
             found = node
+        known[id(node)] = found
     return found
 
 
@@ -72,9 +81,7 @@ def step(s: Step) -> list[dict]:
     cpu, order, marker_of, default, backward = split
     gpu: dict[str, list] = {}
     for item in s.gpu:
-        m = marker_of.get(id(item.launcher)) if item.launcher is not None else None
-        if m is None and item.launcher is not None:
-            m = _marker(item.launcher)
+        m = _marker(item.launcher, marker_of)
         if m is not None:
             phase = _phase(m.name)
         else:  # launched outside every phase op: the phase its launch falls in on the CPU
@@ -109,8 +116,9 @@ def _split(s: Step) -> tuple | None:
     """step()'s CPU split: (phase -> intervals, each phase's first time, each op's outermost
     phase op by id, the default phase, the backward's start); None without a phase op."""
     ops = (*s.cpu_ops, *s.other_ops)
-    marker_of = {id(op): _marker(op) for op in ops}
-    outermost = {id(m): m for m in marker_of.values() if m is not None}.values()
+    marker_of: dict[int, CpuOp | None] = {}  # also holds the ops' ancestors outside the step
+    markers = [_marker(op, marker_of) for op in ops]
+    outermost = {id(m): m for m in markers if m is not None}.values()
     if not outermost:
         return None
     default = "forward" if any(_phase(m.name) == "backward" for m in outermost) else "other"

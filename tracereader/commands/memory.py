@@ -79,6 +79,8 @@ def explain_main(args) -> int:
         return _fail(refused)
     trace = load_or_exit(args.trace, memory=True)
     reading = memory.read(trace)
+    if not reading["devices"] and reading["malformed"]:
+        return _fail(f"{args.trace} has no usable memory events: {render.malformed(reading)}")
     if not reading["devices"]:
         return _fail(
             f"{args.trace} has no memory events (record it with "

@@ -34,11 +34,14 @@ def _read(stem: Path, files: dict[int, Path], each=None) -> dict:
 def link_curve(device: str, backend: str, world: int) -> LinkCurve | None:
     """The link's curve this machine measured for `world` ranks of `device` over `backend`
     (tools/dev/ranks/link_curve.py or a lesson's --bench cached it); None where never measured or
-    damaged (the next measurement writes it anew)."""
-    found = caches.cached_link_curve(caches.link_curve_key(device, backend, world))
+    damaged, with a note (the next measurement writes it anew)."""
+    key = caches.link_curve_key(device, backend, world)
+    found = caches.cached_link_curve(key)
     try:
         return LinkCurve.from_csv(found) if found else None
-    except ValueError:
+    except ValueError as err:
+        why = str(err).splitlines()[0] if str(err).strip() else "not a link curve"
+        caches.ignored(caches.path("links.json"), f"its entry '{key}': {why}")
         return None
 
 

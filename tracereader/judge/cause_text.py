@@ -200,11 +200,14 @@ def _unfused(trace, top, host, wall):
 
 
 def _recompute(trace, top, host, wall):
-    on_host = f" and {duration(top['host_us'])} of the host's" if top.get("host_us") else ""
+    if "gpu_us" in top:  # the recomputed ops launched GPU work (gpuside.recompute)
+        on_host = f" and {duration(top['host_us'])} of the host's" if top.get("host_us") else ""
+        cost = f"{duration(top['gpu_us'])} of GPU time{on_host}"
+    else:  # the host's time alone: a CPU-only trace, or ops that launched nothing
+        cost = f"{duration(top['host_item_us'])} of the host's time"
     return (
         f"recomputation: gradient checkpointing runs the forward again inside the backward "
-        f"({top['culprit']} and the ops around it): {duration(top['gpu_us'])} of GPU time"
-        f"{on_host} a step",
+        f"({top['culprit']} and the ops around it): {cost} a step",
         "checkpoint fewer layers (or only the cheap ops: selective checkpointing) where memory "
         "allows",
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from tracereader.analyses import breakdown, collectives, generation, idle, syncs, variation
+from tracereader.analyses import breakdown, collectives, generation, idle, streams, syncs, variation
 from tracereader.judge.cause_text import sync_fix
 from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_text
 from tracereader.names.kernel_names import label
@@ -99,6 +99,7 @@ def health(trace: Trace) -> list[Finding]:
                 problem=True,
             )
         )
+    out.extend(_out_of_order(trace))
     compiling = _names_matching(trace, COMPILE_WORK)
     recompiled = [s.name for s in trace.steps if any(compiling[op.name] for op in s.cpu_ops)]
     # "Torch-Compiled Region: F/C": compiled frame F's C-th compilation. Two frames (a
@@ -117,6 +118,27 @@ def health(trace: Trace) -> list[Finding]:
                 "health",
                 f"compilation inside the recorded steps ({where}): a "
                 "recompile, so these steps do not show the steady state",
+                problem=True,
+            )
+        )
+    return out
+
+
+def _out_of_order(trace: Trace) -> list[Finding]:
+    """Work on one stream that ends inside work started before it there (analyses.streams)."""
+    found = streams.out_of_order(trace)
+    devices = {f["device"] for f in found}
+    out = []
+    for f in found:
+        where = f"stream {f['stream']}" + (f" of device {f['device']}" if len(devices) > 1 else "")
+        n = f["inside"]
+        out.append(
+            Finding(
+                "health",
+                f"kernels overlap on {where}: {n} start{'s' if n == 1 else ''} after another "
+                f"there and end{'s' if n == 1 else ''} before it does, which one stream never "
+                "runs (its work ends in order): a broken clock, or traces merged into one file; "
+                "the GPU times read from this stream are not to be trusted",
                 problem=True,
             )
         )

@@ -30,8 +30,19 @@ def _when(peak: dict) -> str:
     )
 
 
+def malformed(reading: dict) -> str:
+    """'N malformed [memory] events left out (Bytes: 3, ts: 1)', '' where none was."""
+    counts = reading.get("malformed") or {}
+    if not counts:
+        return ""
+    fields = ", ".join(f"{field}: {n:,}" for field, n in counts.items())
+    return f"{sum(counts.values()):,} malformed [memory] events left out ({fields})"
+
+
 def text(reading: dict, trace_path: str, png: str | None) -> str:
     lines = [f"memory of {trace_path} (its profile_memory=True events)"]
+    if malformed(reading):
+        lines.append(malformed(reading))
     for d in reading["devices"]:
         peak = d["peak"]
         lines.append("")
@@ -73,4 +84,5 @@ def as_dict(reading: dict, png: str | None) -> dict:
     """For --json: the reading without the timelines (the trace holds every event)."""
     devices = [{k: v for k, v in d.items() if k != "timeline"} for d in reading["devices"]]
     steps = [{**s, "phases": [list(p) for p in s["phases"]]} for s in reading["steps"]]
-    return {"png": png, "devices": devices, "steps": steps}
+    malformed = dict(reading.get("malformed") or {})
+    return {"png": png, "devices": devices, "steps": steps, "malformed": malformed}

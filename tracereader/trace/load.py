@@ -84,21 +84,11 @@ _GROUP = {
 _ID_TYPES = frozenset({int, str, type(None)})
 # Top-level keys kept in Trace.meta: small, and what multi-rank work will need.
 META_KEYS = frozenset(
-    {
-        "deviceProperties",
-        "distributedInfo",
-        "schemaVersion",
-        "cuda_runtime_version",
-        "cuda_driver_version",
-        "cupti_version",
-        "baseTimeNanoseconds",
-        "displayTimeUnit",
-        "record_shapes",
-        "trace_id",
-        "traceName",
-        "torch_version",  # added by the lessons when they publish a trace (torch does not)
-    }
-)
+    {"deviceProperties", "distributedInfo", "schemaVersion", "cuda_runtime_version",
+     "cuda_driver_version", "cupti_version", "baseTimeNanoseconds", "displayTimeUnit",
+     "record_shapes", "trace_id", "traceName",
+     "torch_version"}  # added by the lessons when they publish a trace (torch does not)
+)  # fmt: skip
 CPU_ARGS = ("Input Dims", "Input type")  # what compare reads; strides and values are dropped
 CAST_OPS = frozenset({"aten::_to_copy", "aten::to"})  # these also keep the dtype they cast to
 # What torch records about a collective, on its NCCL kernel (2.1 and later) and on the
@@ -118,6 +108,7 @@ COPY_ARGS = ("bytes", "device", "stream")
 # and bounding them keeps every sum and mean finite (no NaN/Infinity can reach --json).
 MAX_ABS_TS = 1e17
 MAX_DUR = 1e13
+MAX_ELEMENTS = 2**63  # a tensor's dims and element count are int64: past them, not a shape
 
 
 BAD_MEMORY = "[memory] events without numeric args"  # Trace.skipped's reason for them
@@ -164,8 +155,8 @@ def _load(path: Path, events: _Events) -> Trace:
     trace.annotations = frozenset(events.annotations)
     trace.memory = None  # the allocator's events (trace.memory.MemoryEvents) where asked
     if events.memory is not None:
-        if events.memory.bad:
-            trace.skipped[BAD_MEMORY] += events.memory.bad
+        if events.memory.skipped:
+            trace.skipped[BAD_MEMORY] += events.memory.skipped
         trace.memory = events.memory.finish(threads)
     return trace
 
@@ -173,7 +164,7 @@ def _load(path: Path, events: _Events) -> Trace:
 # --- reading: the file's text, one JSON value at a time ------------------------------------
 
 _WS = re.compile(r"[ \t\n\r]*")
-_CHUNK = 1 << 22  # bytes read at a time: the text in memory stays around this size
+_CHUNK = 1 << 20  # bytes read at a time: the text, and the events parsed from it, stay small
 _decode = json.JSONDecoder().raw_decode
 
 
@@ -400,13 +391,26 @@ def _number(value) -> float | None:
 def _small(value):
     """An args value kept as is when it is a sane scalar or a list of ints, else None."""
     kind = type(value)
-    if kind is int or kind is str:
+    if kind is str or kind is int and -MAX_ELEMENTS < value < MAX_ELEMENTS:  # else no count
         return value
     if kind is float:
         return value if value == value and abs(value) < MAX_ABS_TS else None
-    if kind is list and len(value) <= 8 and all(type(v) is int for v in value):
+    if kind is list and len(value) <= 8 and _a_shape(value):
         return tuple(value)
     return None
+
+
+def _a_shape(dims: list) -> bool:
+    """Ints that a tensor can have as its sizes: each and their product within int64 (no
+    tensor has more elements; the FLOPs and bytes read from more would overflow a float)."""
+    elements = 1
+    for d in dims:
+        if type(d) is not int or not -MAX_ELEMENTS < d < MAX_ELEMENTS:
+            return False
+        elements *= d
+        if not -MAX_ELEMENTS < elements < MAX_ELEMENTS:
+            return False
+    return True
 
 
 class _Events:
@@ -571,7 +575,7 @@ class _Events:
             return None
         shapes = []
         for shape in dims:
-            if type(shape) is not list or not all(type(d) is int for d in shape):
+            if type(shape) is not list or not _a_shape(shape):
                 return None
             shape = tuple(shape)
             shapes.append(self._shapes.setdefault(shape, shape))

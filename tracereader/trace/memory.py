@@ -15,22 +15,38 @@ as a runtime call is linked to its launcher), where one was recorded there; the 
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 
 from tracereader.trace.model import CpuOp
 
 # c10::DeviceType codes, as torch writes them in `Device Type`
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia"}
 MAX_ABS = 1 << 62  # bytes and addresses beyond this are damage (and would overflow the arrays)
+MAX_DEVICES = 32  # one process drives a few: past it, damage (the arrays hold 2**16)
+MAX_THREADS = 1 << 16  # the thread index array's bound
 _NUMBER = (int, float)
+_ID_TYPES = frozenset({int, str, type(None)})  # a pid or tid, as the loader takes them
+_FIELDS = ("Bytes", "Total Allocated", "Addr", "Total Reserved", "Device Type", "Device Id")
+
+
+def _malformed(values: tuple) -> str:
+    """The first of _FIELDS whose value is no int within MAX_ABS."""
+    for field, value in zip(_FIELDS, values, strict=True):
+        if type(value) is not int or not -MAX_ABS < value < MAX_ABS:
+            return field
+    return "?"
 
 
 class MemoryEvents:
     """The `[memory]` events, in time order (ties: the profiler's Ev Idx, else file order).
     Per event: `ts` (us), `bytes` (negative: a free), `allocated` and `reserved` (the device's
     totals after it), `addr`, `device` (an index into `devices`) and `op` (the innermost CPU op
-    open on its thread then, or None)."""
+    open on its thread then, or None). `malformed`: the events left out, by the field that
+    made them unusable."""
 
-    __slots__ = ("ts", "bytes", "allocated", "reserved", "addr", "device", "devices", "op")
+    __slots__ = (
+        "ts", "bytes", "allocated", "reserved", "addr", "device", "devices", "op", "malformed"
+    )  # fmt: skip
 
     def __init__(self):
         self.ts = array("d")
@@ -41,6 +57,7 @@ class MemoryEvents:
         self.device = array("H")
         self.devices: list[tuple[int, int]] = []  # (Device Type, Device Id)
         self.op: list[CpuOp | None] = []
+        self.malformed: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -61,31 +78,49 @@ class Collector:
         self.thread = array("H")  # an index into threads
         self.threads: dict[object, int] = {}
         self.devices: dict[tuple[int, int], int] = {}
-        self.bad = 0  # malformed [memory] events, skipped
+        self.bad: Counter[str] = Counter()  # malformed [memory] events, skipped, by field
+
+    @property
+    def skipped(self) -> int:
+        return self.bad.total()
 
     def take(self, event: dict) -> None:
         args = event.get("args")
         ts = event.get("ts")
-        if type(args) is not dict or type(ts) not in _NUMBER or not -1e17 < ts < 1e17:
-            self.bad += 1
+        if type(ts) not in _NUMBER or not -1e17 < ts < 1e17:  # False for NaN too
+            self.bad["ts"] += 1
+            return
+        if type(args) is not dict:
+            self.bad["args"] += 1
             return
         size, total = args.get("Bytes"), args.get("Total Allocated")
         addr, reserved = args.get("Addr"), args.get("Total Reserved", 0)
         kind, number = args.get("Device Type"), args.get("Device Id", -1)
-        for value in (size, total, addr, reserved, kind, number):
+        values = (size, total, addr, reserved, kind, number)
+        for value in values:  # the common case kept to few calls: millions of events
             if type(value) is not int or not -MAX_ABS < value < MAX_ABS:
-                self.bad += 1
+                self.bad[_malformed(values)] += 1
                 return
+        pid, tid = event.get("pid"), event.get("tid")
+        if type(pid) not in _ID_TYPES or type(tid) not in _ID_TYPES:
+            self.bad["pid/tid"] += 1
+            return
         device = self.devices.get((kind, number))
         if device is None:
+            if len(self.devices) >= MAX_DEVICES:
+                self.bad[f"Device Type/Device Id (past {MAX_DEVICES} devices)"] += 1
+                return
             device = self.devices[(kind, number)] = len(self.devices)
-        thread = (event.get("pid"), event.get("tid"))
-        t = self.threads.get(thread)
+        t = self.threads.get((pid, tid))
         if t is None:
-            t = self.threads[thread] = len(self.threads)
+            if len(self.threads) >= MAX_THREADS:
+                self.bad[f"pid/tid (past {MAX_THREADS} threads)"] += 1
+                return
+            t = self.threads[(pid, tid)] = len(self.threads)
         order = args.get("Ev Idx")
         out = self.events
-        self.order.append(order if type(order) is int else len(out.ts))
+        in_range = type(order) is int and -MAX_ABS < order < MAX_ABS
+        self.order.append(order if in_range else len(out.ts))
         self.thread.append(t)
         out.ts.append(ts)
         out.bytes.append(size)
@@ -102,6 +137,7 @@ class Collector:
         perm = sorted(range(len(ts)), key=lambda i: (ts[i], order[i]))
         out = MemoryEvents()
         out.devices = list(self.devices)
+        out.malformed = self.bad
         for name in ("ts", "bytes", "allocated", "reserved", "addr", "device"):
             column = getattr(raw, name)
             setattr(out, name, array(column.typecode, [column[i] for i in perm]))

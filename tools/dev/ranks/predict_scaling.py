@@ -33,13 +33,11 @@ import csv
 import io
 import json
 import math
-import os
 import re
-import stat
 import sys
 from pathlib import Path
 
-from tracereader import LinkCurve, Parser, UsageError, positive_int, run
+from tracereader import LinkCurve, NotRegular, Parser, UsageError, positive_int, read_regular, run
 
 TRAIN_LINE = re.compile(r"^train-scaling: (.*)$", re.MULTILINE)
 SHAPE = re.compile(r"b(\d+)_s(\d+)_d(\d+)_h(\d+)_n(\d+)_l(\d+)")
@@ -56,18 +54,13 @@ def read_input(path: Path, what: str, errors: str = "strict") -> str:
     file (checked once open, and opened without blocking: a FIFO would hang the open,
     /dev/zero never end), too large, not UTF-8."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(path, MAX_INPUT_BYTES)
+    except NotRegular:
+        raise UsageError(
+            f"{what} {path} is not a regular file (a FIFO, a device, a folder?)"
+        ) from None
     except OSError as err:
         raise UsageError(f"cannot read {what} {path}: {err.strerror or err}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UsageError(f"{what} {path} is not a regular file (a FIFO, a device, a folder?)")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
-    except OSError as err:
-        raise UsageError(f"cannot read {what} {path}: {err.strerror or err}") from None
-    finally:
-        os.close(fd)
     if len(data) > MAX_INPUT_BYTES:
         raise UsageError(f"{what} {path} is larger than {MAX_INPUT_BYTES >> 20} MiB")
     try:

@@ -1,0 +1,42 @@
+"""What the order of one stream's GPU work says about the trace itself.
+
+A stream runs its work in order: each kernel, copy or memset ends no earlier than the one
+queued before it. With programmatic dependent launch (Hopper on) the next kernel may start
+before the one before it ends (its prologue overlaps the tail), and this project's fixtures do
+show such partial overlaps on one stream; but it then waits for that one to finish, so the
+ends stay in order. Work that starts after another on the same stream and ends before it
+(inside it, or a copy of it) no GPU ran: the clock is broken, or traces of several processes
+(or one trace twice) were merged into one file. A CUDA graph's replay is left out: its
+branches run side by side, recorded on the one stream it was launched on.
+"""
+
+from __future__ import annotations
+
+from tracereader.analyses.generation import GRAPH_LAUNCH
+from tracereader.trace.model import Trace
+
+ROUNDING_US = 1e-3  # the profiler's timestamps are whole nanoseconds, written in microseconds
+
+
+def out_of_order(trace: Trace) -> list[dict]:
+    """[{device, stream, inside}] per stream with work that ends before work that started
+    earlier on it ends (`inside`: how many such), most first; [] for a trace a GPU could have
+    run."""
+    by_stream: dict[tuple, list[tuple[float, float]]] = {}
+    for item in trace.gpu_all:
+        if item.stream is None or item.runtime.startswith(GRAPH_LAUNCH):
+            continue
+        key = (item.args.get("device"), item.stream)
+        by_stream.setdefault(key, []).append((item.ts, -(item.ts + item.dur)))
+    found = []
+    for (device, stream), spans in by_stream.items():
+        spans.sort()  # by start; of two that start together, the longer first
+        inside, end = 0, None
+        for start, minus_end in spans:
+            stop = -minus_end
+            if end is not None and start < end - ROUNDING_US and stop <= end:
+                inside += 1
+            end = stop if end is None else max(end, stop)
+        if inside:
+            found.append({"device": device, "stream": stream, "inside": inside})
+    return sorted(found, key=lambda f: -f["inside"])
