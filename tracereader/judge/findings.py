@@ -48,8 +48,9 @@ def ranked(trace: Trace) -> tuple[list[Finding], list[Finding]]:
     rest = [_at_stake(f, wall) for f in _all(trace) if f is not None]
     bound = [f for f in rest if f.topic == "bound"]
     named = cause.first(trace)
-    if named is not None:  # the cause first, after what says the trace is damaged
-        damage = [f for f in health if not f.message.startswith("compilation inside")]
+    if named is not None:  # the cause first, after what says the trace is damaged (notes
+        # such as "no ProfilerStep: the window is one unit" come after it)
+        damage = [f for f in health if f.problem and not f.message.startswith("compilation inside")]
         health = [*damage, named, *(f for f in health if f not in damage)]
     elif bound and bound[0].us is not None and bound[0].pct and bound[0].pct >= 50:
         why = cause.unattributed(trace)  # a generic verdict says what it could not attribute
