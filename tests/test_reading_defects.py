@@ -177,3 +177,27 @@ def test_a_graph_replay_is_one_launch_in_the_launch_statistics():
     assert got["queue_depth"]["max"] <= got["kernels"] + got["graph_launches"]
     line = next(x for x in text(Reading(trace)).splitlines() if x.startswith("launches:"))
     assert "4 CUDA graph replays" in line
+
+
+@pytest.mark.slow  # reads every recorded fixture of 08 and the models
+def test_no_fix_offered_is_one_the_program_already_uses():
+    """A program that replays CUDA graphs is never told to try CUDA graphs, a compiled one never
+    torch.compile, in any finding (the cause, the bound, a single-block kernel's)."""
+    from tracereader.judge.cause_text import compiled, graphs
+
+    paths = [*sorted((ROOT / "tests/fixtures/h200/08_generate").glob("*.json.gz")),
+             *sorted((ROOT / "tests/fixtures/h200/models").glob("*cudagraphs*.json.gz")),
+             *sorted((ROOT / "tests/fixtures/h200/models").glob("*compile*.json.gz"))]  # fmt: skip
+    checked = {"graphs": 0, "compiled": 0}
+    for path in paths:
+        trace = load(path)
+        shown, _ = findings.ranked(trace)
+        fixes = " ".join(f.next or "" for f in shown)
+        if graphs(trace):
+            checked["graphs"] += 1
+            assert "CUDA graphs" not in fixes.replace("CUDA graphs (torch.compile", ""), path.name
+        if compiled(trace):
+            checked["compiled"] += 1
+            assert "launches: torch.compile" not in fixes, path.name
+            assert "torch.compile alone" not in fixes, path.name
+    assert checked["graphs"] >= 3 and checked["compiled"] >= 3

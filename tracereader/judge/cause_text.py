@@ -26,6 +26,16 @@ def graphs(trace: Trace) -> bool:
     return any(c.name in GRAPH_LAUNCH for s in trace.steps for c in s.runtime)
 
 
+def launch_fix(trace: Trace) -> str:
+    """Fewer launches, by what the program does not do yet: never torch.compile for a compiled
+    one, never CUDA graphs for one that replays them."""
+    if graphs(trace):
+        return "more work per replay: a larger batch, several steps per graph"
+    if compiled(trace):
+        return "CUDA graphs (torch.compile(mode='reduce-overhead')), or a larger batch"
+    return "fewer, larger launches: torch.compile, CUDA graphs, a larger batch"
+
+
 def _host_line(host: dict, top: dict, wall: float) -> str:
     t = top.get("host_item_us", 0.0)
     return f"{duration(t)} of the host's {duration(host['host_us'])} step ({t / wall:.0%})"
@@ -92,12 +102,7 @@ def _launches(trace, top, host, wall):
         f"{k} {duration(host['us'][k])}" for k in ("dispatch", "Python between ops",
                                                    "autograd thread") if host["us"][k]
     )  # fmt: skip
-    if graphs(trace):
-        fix = "more work per replay: a larger batch, several steps per graph"
-    elif compiled(trace):
-        fix = "CUDA graphs (torch.compile(mode='reduce-overhead')), or a larger batch"
-    else:
-        fix = "fewer, larger launches: torch.compile, CUDA graphs, a larger batch"
+    fix = launch_fix(trace)
     return (
         f"launch overhead: the host issues {kernels:.0f} GPU operation"
         f"{'' if round(kernels) == 1 else 's'} a step one by one "

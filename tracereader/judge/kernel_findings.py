@@ -8,6 +8,7 @@ import statistics
 
 from tracereader.analyses import breakdown, generation
 from tracereader.analyses.casts import cast
+from tracereader.judge.cause_text import graphs
 from tracereader.judge.finding import SHOWN_KERNELS, SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
@@ -291,6 +292,7 @@ def _one_block(trace: Trace) -> Finding | None:
     if busy <= 0 or us < max(ONE_BLOCK_US, ONE_BLOCK_SHARE * busy):
         return None
     sms = trace.device_properties(longest.args.get("device", 0)).get("numSms")
+    launches = "" if graphs(trace) else ", CUDA graphs for the launches"  # none to replay
     return Finding(
         "one block",
         f"{statistics.median_low(counts)} kernels a step run as a single block"
@@ -298,7 +300,7 @@ def _one_block(trace: Trace) -> Finding | None:
         + f", {us:.1f} us a step that no other kernel overlaps ({100 * us / busy:.1f}% of "
         f"its GPU busy time); the longest, {readable(longest.name)}, {longest.dur:.1f} us",
         us=us,
-        next="fewer, larger kernels (fusion, CUDA graphs for the launches) or more rows per step "
+        next=f"fewer, larger kernels (fusion{launches}) or more rows per step "
         "(a larger batch); for a reduction over one long row, a split reduction (blocks over "
         "parts of the row, then a small combine)",
     )

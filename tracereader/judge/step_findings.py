@@ -7,7 +7,7 @@ import re
 import statistics
 
 from tracereader.analyses import breakdown, collectives, generation, idle, streams, syncs, variation
-from tracereader.judge.cause_text import sync_fix
+from tracereader.judge.cause_text import compiled, launch_fix, sync_fix
 from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_text
 from tracereader.names.kernel_names import label
 from tracereader.trace import intervals
@@ -209,7 +209,7 @@ def _bound(trace: Trace) -> Finding | None:
             "bound",
             f"overhead-bound: {seen}: the GPU mostly waits for launches",
             us=waits,
-            next="fewer, larger launches: torch.compile, CUDA graphs, larger batches",
+            next=launch_fix(trace),
         )
     if b["label"] == "stalled":
         return Finding(
@@ -463,7 +463,8 @@ def _generation(trace: Trace) -> Finding | None:
             f"({share}); {d['kernels']:g} kernels per token, launch calls: {launches}",
             us=wait,
             next="CUDA graphs: a token's kernels replayed with one launch (torch.cuda.graph, or "
-            "torch.compile(mode='reduce-overhead')); torch.compile alone launches fewer kernels",
+            "torch.compile(mode='reduce-overhead'))"
+            + ("" if compiled(trace) else "; torch.compile alone launches fewer kernels"),
         )
     if g["bound"] == "stalled":
         other = d["other_us"]
