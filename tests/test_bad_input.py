@@ -149,3 +149,23 @@ def test_a_few_wrong_rows_fail_even_when_the_norm_hides_them(bf16_gemm, damage):
     damage(bad)
     with pytest.raises(check.MismatchError):
         check.against_reference(bad, ref, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "err",
+    [MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to "
+                                 "allocate 1099511627776 bytes. Error code 12")],
+    ids=["MemoryError", "torch's CPU allocator"],
+)  # fmt: skip
+def test_running_out_of_memory_is_one_line_exit_2(err, capsys):
+    """Whatever runs out of the machine's memory (a size too large for it), through the one
+    runner: one line, exit 2, no traceback."""
+    from tracereader import run
+
+    def main():
+        raise err
+
+    assert run(main) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1
+    assert out.err.startswith("error: out of memory on the CPU") and "ask for less" in out.err

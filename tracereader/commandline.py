@@ -125,6 +125,9 @@ def interrupted(err: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+CPU_ALLOCATOR = "DefaultCPUAllocator: can't allocate memory"  # torch's words, torch-free here
+
+
 def failure(err: BaseException) -> tuple[int, str | None] | None:
     """The exit code and one line (None: say nothing) for what every command can meet; None for
     a bug, whose traceback is wanted."""
@@ -135,6 +138,10 @@ def failure(err: BaseException) -> tuple[int, str | None] | None:
     if isinstance(err, OSError) and err.errno in WRITE_FAILURES:
         where = f" ({err.filename})" if err.filename else " (the output)"
         return 2, f"cannot write{where}: {err.strerror or err}"
+    if isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError) and str(err).startswith(CPU_ALLOCATOR)
+    ):  # the machine's memory, not a bug: the size asked for is too large here
+        return 2, f"out of memory on the CPU ({one_line(err) or 'MemoryError'}): ask for less"
     stop = interrupted(err)
     if isinstance(stop, Stopped):
         return 130, f"stopped by {stop} (handled as Ctrl-C)"
