@@ -28,6 +28,7 @@ Then guess whether N = 2 beats N = 1: each rank's GEMMs shrink by N, but the all
 the transfer of the whole [tokens, dim] output. At the post's shape? At a shape 8x larger?
 tools/tp_scaling.py measures both, eager and compiled.
 
+    uv run 05_tp_mlp.py     # alone: starts torchrun itself (2 CPU ranks, or a GPU each, 2 at most)
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py --compile     # the same shape (the default)
     uv run explain traces/05_tp_mlp/b64_s128_d768_h3072_bf16_tp2_eager       (GPU ranks)
@@ -157,7 +158,7 @@ def parse(argv):
 # split, the profiler loop would hide in a helper
 def main(argv=None) -> int:
     args = parse(argv)
-    launch = torchrun.launched(f"{SCRIPT}.py", argv)  # rank and world size, from torchrun
+    launch = torchrun.launched(f"{SCRIPT}.py", argv, device=args.device)  # from torchrun
     if args.hidden % launch.world:
         raise cli.UsageError(
             f"--hidden {args.hidden} does not split over {launch.world} ranks: choose a "
@@ -240,4 +241,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(torchrun.run_main(main))
+    sys.exit(torchrun.run_main(main, self_launch=True))  # alone: starts torchrun

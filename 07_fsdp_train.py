@@ -35,6 +35,7 @@ Correct before fast: after one step the loss (averaged over the ranks) and the w
 (gathered with full_tensor()) are checked against a single-process float32 step of the same
 model on the same data (all ranks' batches together).
 
+    uv run 07_fsdp_train.py --device cpu      # alone: starts torchrun itself, two gloo ranks
     uv run torchrun --nproc-per-node 2 07_fsdp_train.py --device cpu       # two gloo ranks
     uv run torchrun --nproc-per-node 2 07_fsdp_train.py --no-reshard-after-forward --prefetch
     uv run torchrun --nproc-per-node 1 07_fsdp_train.py --batch 4 --seq 2048 --dim 2048 \\
@@ -230,7 +231,7 @@ def parse(argv):
 # split, the profiler loop would hide in a helper
 def main(argv=None) -> int:
     args = parse(argv)
-    launch = torchrun.launched(f"{SCRIPT}.py", argv)  # rank and world size, from torchrun
+    launch = torchrun.launched(f"{SCRIPT}.py", argv, device=args.device)  # from torchrun
     fsdp.refuse_uneven(args, launch.world)  # uneven rows are padded: the gathers move padding
     run = torchrun.resolve(args, launch)  # this rank's GPU (LOCAL_RANK), or the CPU
     tag = fsdp.run_tag(args, run, launch.world)
@@ -384,4 +385,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(torchrun.run_main(main))
+    sys.exit(torchrun.run_main(main, self_launch=True))  # alone: starts torchrun

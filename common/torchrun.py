@@ -2,9 +2,13 @@
 
     uv run torchrun --nproc-per-node 2 05_tp_mlp.py [flags]
 
+or started alone (`uv run 05_tp_mlp.py [flags]`), when it starts torchrun itself: see
+`plan_self_launch()`.
+
 What common.cli and common.outputs give a single-process lesson, for many processes at once:
 - `launched()`: the rank and world size torchrun put in the environment; run without
-  torchrun, a one-line UsageError that says how to launch;
+  torchrun, NoLauncher: a one-line UsageError that says how to launch, or, for a lesson whose
+  run_main was given `self_launch=True`, the cue to start torchrun as a child;
 - `resolve()`: common.cli.resolve with one GPU per rank (LOCAL_RANK; more processes than GPUs
   is refused);
 - `init_process_group()`: NCCL on GPUs, gloo on CPUs; its timeout bounds every collective;
@@ -31,6 +35,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -66,6 +71,14 @@ class Terminated(BaseException):
     """SIGTERM: torchrun stops every rank once one has exited with an error (the effect: rank 0
     reports that rank's line, from the store), or when it was stopped itself (`kill`: no rank
     posted a line, and every rank exits 130, as for Ctrl-C)."""
+
+
+class NoLauncher(UsageError):
+    """Neither RANK nor WORLD_SIZE is set: no torchrun started this process."""
+
+    def __init__(self, line: str, script: str, device: str):
+        super().__init__(line)
+        self.script, self.device = script, device
 
 
 class InjectedFault(RuntimeError):
@@ -108,16 +121,18 @@ def env_rank() -> int:
     return _env_int("RANK") or 0
 
 
-def launched(script: str, argv: Sequence[str] | None = None) -> Launch:
+def launched(script: str, argv: Sequence[str] | None = None, *, device: str = "auto") -> Launch:
     """The rank and world size torchrun set; without them, a one-line UsageError saying how
-    to launch (with the flags this run was given)."""
+    to launch (with the flags this run was given): NoLauncher when neither is set (`device`,
+    the --device asked for, goes with it to plan_self_launch)."""
     rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
     if rank is None or world is None or not 0 <= rank < world:
         flags = shlex.join(sys.argv[1:] if argv is None else list(argv))
         command = f"uv run torchrun --nproc-per-node 2 {script} {flags}".strip()
-        raise UsageError(
-            f"{script} runs one process per rank: launch it with torchrun, e.g. `{command}`"
-        )
+        line = f"{script} runs one process per rank: launch it with torchrun, e.g. `{command}`"
+        if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:
+            raise NoLauncher(line, script, device)
+        raise UsageError(line)
     unset = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
     if unset:  # RANK and WORLD_SIZE set by hand: joining the others would fail in torch
         raise UsageError(
@@ -328,9 +343,13 @@ def _clean_up() -> None:
 
 
 def run_main(
-    main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None
+    main: Callable[[Sequence[str] | None], int | None],
+    argv: Sequence[str] | None = None,
+    *,
+    self_launch: bool = False,
 ) -> int:
-    """Call a lesson's main on this rank; see the module's doc for what every rank then does."""
+    """Call a lesson's main on this rank; see the module's doc for what every rank then does.
+    With `self_launch`, a run that no torchrun started starts one (see `plan_self_launch()`)."""
     rank, stderr = env_rank(), sys.stderr
     if rank != 0:
         _quiet()
@@ -342,6 +361,8 @@ def run_main(
             for sig in handled:  # the report must not be cut short
                 signal.signal(sig, signal.SIG_IGN)
     except (Exception, KeyboardInterrupt, Terminated) as err:
+        if self_launch and isinstance(err, NoLauncher):
+            return _launch_and_wait(err, argv, handled)
         code, line, whose = _failure(err)
         if whose != "effect" and code != 2:  # bad input stays one line
             ErrorHandler().record_exception(err)  # its traceback in torchrun's closing report
@@ -379,3 +400,125 @@ def _exit(code: int) -> None:
         with suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+# --- no launcher: torchrun started as a child ----------------------------------------------
+
+GPU_RANKS = 2  # started alone on a machine with GPUs: this many ranks, one per GPU, at most
+CPU_RANKS = 2  # ... on a CPU: gloo ranks
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfLaunch:
+    """What a lesson started without a launcher runs instead: torchrun, as a child."""
+
+    what: str  # "2 CPU ranks (gloo)"
+    shown: str  # the command a user would type for the same run
+    command: list[str]  # the child's
+    env: dict[str, str]  # the child's
+
+
+def plan_self_launch(
+    script: str, argv: Sequence[str], *, device: str, gpus: int, cores: int, env: dict[str, str]
+) -> SelfLaunch:
+    """The run a lesson started alone starts: `torchrun --standalone --nproc-per-node N` on
+    the same script and flags, N one rank per GPU (at most GPU_RANKS), or CPU_RANKS gloo ranks
+    on a CPU (no GPU, or --device cpu); OMP_NUM_THREADS the cores shared among them, unless set
+    (torchrun would otherwise set it to 1 and print a banner saying so)."""
+    if device == "cuda" and gpus == 0:
+        raise UsageError("--device cuda was asked for, but PyTorch sees no CUDA GPU here")
+    on_gpu = device != "cpu" and gpus > 0
+    nproc = min(gpus, GPU_RANKS) if on_gpu else CPU_RANKS
+    kind = "GPU" if on_gpu else "CPU"
+    what = f"{nproc} {kind} rank{'s' * (nproc > 1)} ({'NCCL' if on_gpu else 'gloo'})"
+    path = startup.ROOT / script
+    shown_path = os.path.relpath(path)
+    shown_path = str(path) if shown_path.startswith("..") else shown_path
+    flags = ["--standalone", "--nproc-per-node", str(nproc)]
+    child_env = dict(env)
+    child_env.setdefault("OMP_NUM_THREADS", str(max(1, cores // nproc)))
+    return SelfLaunch(
+        what=what,
+        shown=shlex.join(["uv", "run", "torchrun", *flags, shown_path, *argv]),
+        command=[sys.executable, "-c", _boot(), *flags, str(path), *argv],
+        env=child_env,
+    )
+
+
+def _boot() -> str:
+    """The child's program: until torchrun takes over the signals (as it starts the ranks), a
+    signal ends it in one line, 130; then torch's launcher, through `launcher_main`."""
+    lines = {int(sig): f"error: {startup.line(sig)}\n".encode() for sig in startup.STOP_SIGNALS}
+    return (
+        "import os, signal, sys\n"
+        f"LINES = {lines!r}\n"
+        "for sig in LINES:\n"
+        "    signal.signal(sig, lambda s, f: (os.write(2, LINES[s]), os._exit(130)))\n"
+        f"sys.path.insert(0, {str(startup.ROOT)!r})\n"
+        "from common.torchrun import launcher_main\n"
+        "sys.exit(launcher_main(sys.argv[1:]))\n"
+    )
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _launch_and_wait(missing: NoLauncher, argv: Sequence[str] | None, handled: list[int]) -> int:
+    """Start the run `plan_self_launch` decides on and pass its exit code through. The child leads
+    its own session: Ctrl-C at the terminal reaches this process alone, which passes each
+    signal on once (torchrun then passes it to every rank once: rank 0 says the one line)."""
+    flags = sys.argv[1:] if argv is None else list(argv)
+    gpus = 0 if missing.device == "cpu" else torch.cuda.device_count()
+    try:
+        plan = plan_self_launch(
+            missing.script, flags, device=missing.device, gpus=gpus, cores=_cores(),
+            env=dict(os.environ),
+        )  # fmt: skip
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"no launcher: starting {plan.what}: {plan.shown}", flush=True)
+    child: subprocess.Popen | None = None
+    pending: list[int] = []
+
+    def forward(signum, frame):
+        if child is None:
+            pending.append(signum)
+        elif not pending:  # once: a second signal would cut torchrun's own shutdown short
+            pending.append(signum)
+            with suppress(ProcessLookupError):
+                child.send_signal(signum)
+
+    for sig in handled:  # a handler, not SIG_IGN: the child starts with the defaults
+        signal.signal(sig, forward)
+    child = subprocess.Popen(plan.command, env=plan.env, start_new_session=True)
+    if pending:
+        child.send_signal(pending[0])
+    code = child.wait()
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's number
+
+
+def launcher_main(args: Sequence[str]) -> int:
+    """In the child: torchrun (torch.distributed.run), with the exit code of the rank that
+    speaks (rank 0 where it failed; torchrun's own is 1 for any failure), 130 for a signal,
+    and torchrun's own logging off; its closing report printed for a failure other than bad
+    input or an interrupt (it holds a failing rank's traceback)."""
+    import logging
+
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    logging.disable(logging.ERROR)  # this process only: its notes, the failures' too
+    try:
+        torch_run.run(torch_run.parse_args(list(args)))
+    except ChildFailedError as err:
+        _, first = min(err.failures.items())  # the lowest rank: 0 where it failed
+        code = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
+        if code not in (2, 130):
+            print(err.format_msg(), file=sys.stderr)
+        return code or 1
+    except SignalException:
+        return 130
+    return 0

@@ -13,7 +13,9 @@ rank FSDP2 issues no collective at all, so a 1-rank gloo group cannot show it.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -34,7 +36,7 @@ from tests.helpers import (
     steps,
     torchrun_in_process,
 )
-from tests.test_tp_mlp import check
+from tests.test_tp_mlp import alone, check
 from tracereader.reading import read_run
 from tracereader.render import ranks as ranks_text
 from tracereader.trace import load as trace_reader
@@ -222,11 +224,55 @@ def test_bad_input_is_one_line_from_rank0(flags, rank, line, monkeypatch, tmp_pa
     assert check.files_under(tmp_path) == []
 
 
-def test_without_torchrun_it_says_how_to_launch(monkeypatch, tmp_path, capsys):
-    code, _ = _in_process(monkeypatch, *SMALL, "--traces-dir", str(tmp_path), rank=None)
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.splitlines()) == 1
-    assert f"--nproc-per-node 2 {SCRIPT} --batch 1" in err
+@pytest.mark.parametrize(
+    ("device", "gpus", "nproc", "what"),
+    [("auto", 0, 2, "2 CPU ranks (gloo)"), ("auto", 1, 1, "1 GPU rank (NCCL)")],
+)
+def test_alone_the_lesson_decides_what_torchrun_to_start(device, gpus, nproc, what, monkeypatch):
+    """No process started: run without torchrun, the lesson names its script and --device;
+    one GPU is one rank (the N = 1 baseline), a CPU two gloo ranks."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(torchrun.NoLauncher) as missing:
+        lesson.main([*SMALL, "--device", device])
+    assert (missing.value.script, missing.value.device) == (SCRIPT, device)
+    plan = torchrun.plan_self_launch(SCRIPT, SMALL, device=device, gpus=gpus, cores=2, env={})
+    assert plan.what == what
+    assert plan.shown.startswith(f"uv run torchrun --standalone --nproc-per-node {nproc} {SCRIPT}")
+    assert plan.command[3:6] == ["--standalone", "--nproc-per-node", str(nproc)]
+    assert plan.env == {"OMP_NUM_THREADS": str(2 // nproc)}
+
+
+@pytest.mark.slow
+def test_alone_it_starts_two_gloo_ranks_and_trains_on_them(tmp_path):
+    proc = alone(tmp_path, *SMALL, "--prefetch", "--strict", script=SCRIPT)
+    out, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    assert proc.returncode == 0, err[-3000:]
+    started = "no launcher: starting 2 CPU ranks (gloo): uv run torchrun --standalone "
+    assert out.startswith(f"{started}--nproc-per-node 2 {SCRIPT} --batch 1")
+    assert "OMP_NUM_THREADS" not in err  # torchrun's banner: the child's variable was set
+    assert "correctness: loss" in out and "(2 of 2 ranks, gloo, CPU only" in out
+    wanted = [f"{STEM}_rank0.json", f"{STEM}_rank0.txt", f"{STEM}_rank1.json"]
+    assert check.files_under(tmp_path / "07_fsdp_train") == wanted
+
+
+@pytest.mark.slow
+def test_alone_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C as a terminal sends it, to the foreground process group: the lesson alone
+    reaches torchrun (in a session of its own) and through it every rank, once each."""
+    proc = alone(tmp_path, *SMALL, "--wait", "1000", script=SCRIPT)  # time to interrupt in
+    try:
+        while "correctness" not in (line := proc.stdout.readline()):
+            assert line, proc.stderr.read()[-3000:]  # the run ended before Ctrl-C
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    # its own interrupt, or rank 1's when a broken collective reached rank 0 first
+    assert re.fullmatch(r"error: (rank 1 of 2: )?interrupted \(Ctrl-C\)\n", err)
     assert check.files_under(tmp_path) == []
 
 

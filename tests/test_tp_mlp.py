@@ -15,6 +15,7 @@ import gzip
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -290,13 +291,87 @@ def _in_process(monkeypatch, *argv: str, rank: int | None, world: int = 2):
     )
 
 
-def test_without_torchrun_it_says_how_to_launch(monkeypatch, tmp_path, capsys):
-    code, _ = _in_process(monkeypatch, *SMALL, "--traces-dir", str(tmp_path), rank=None)
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.splitlines()) == 1
-    assert "runs one process per rank: launch it with torchrun, e.g. `uv run torchrun " in err
-    assert "--nproc-per-node 2 05_tp_mlp.py --batch 2 --seq 4" in err
+def alone(tmp: Path, *argv: str, script: str = "05_tp_mlp.py") -> subprocess.Popen:
+    """`python 05_tp_mlp.py ...` with no launcher, as `uv run 05_tp_mlp.py` starts it, in a
+    session of its own (as in a terminal); no OMP_NUM_THREADS (the self-launch sets it), stdout
+    unbuffered."""
+    env = {k: v for k, v in check.launch_env().items() if k != "OMP_NUM_THREADS"}
+    return subprocess.Popen(
+        [sys.executable, script, *argv, "--device", "cpu", "--traces-dir", str(tmp)],
+        cwd=ROOT, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=check.default_signals,
+    )  # fmt: skip
+
+
+STARTED = "no launcher: starting 2 CPU ranks (gloo): uv run torchrun --standalone "
+STARTED += "--nproc-per-node 2 05_tp_mlp.py --batch 2 --seq 4"
+
+
+@pytest.mark.slow
+def test_alone_it_starts_two_gloo_ranks_and_runs_them_to_the_end(tmp_path):
+    proc = alone(tmp_path, *SMALL)
+    out, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.splitlines()[0].startswith(STARTED)  # the real command, said first
+    assert "OMP_NUM_THREADS" not in err  # torchrun's banner: the child's variable was set
+    assert "(2 of 2 ranks, gloo, CPU only" in out and "all as expected" in out
+    tag = "b2_s4_d16_h32_bf16_tp2_eager_cpu"
+    wanted = [f"{tag}_rank0.json", f"{tag}_rank0.txt", f"{tag}_rank1.json"]
+    assert files_under(tmp_path / "05_tp_mlp") == wanted  # one trace per rank, rank 0's table
+
+
+@pytest.mark.slow
+def test_alone_bad_input_found_by_the_ranks_keeps_its_exit_code_and_one_line(tmp_path):
+    """torchrun's own exit code is 1 for any failed rank: the self-launch passes on rank 0's
+    (2, bad input) and none of torchrun's report."""
+    proc = alone(tmp_path, "--batch", "2", "--seq", "4", "--dim", "16", "--hidden", "33")
+    out, err = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+    assert proc.returncode == 2 and out.startswith("no launcher: starting 2 CPU ranks")
+    assert err == "error: --hidden 33 does not split over 2 ranks: choose a multiple of 2 " \
+        "(each rank keeps hidden/N columns of gate and up)\n"  # fmt: skip
     assert files_under(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("device", "gpus", "nproc", "what"),
+    [
+        ("auto", 0, 2, "2 CPU ranks (gloo)"),
+        ("cpu", 4, 2, "2 CPU ranks (gloo)"),
+        ("auto", 1, 1, "1 GPU rank (NCCL)"),
+        ("cuda", 2, 2, "2 GPU ranks (NCCL)"),
+        ("auto", 8, 2, "2 GPU ranks (NCCL)"),
+    ],
+)
+def test_alone_the_lesson_decides_what_torchrun_to_start(device, gpus, nproc, what, monkeypatch):
+    """No process started: the lesson's main, run without torchrun, names its script and
+    --device; plan_self_launch turns them into the torchrun command for this machine."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(ROOT)
+    argv = [*SMALL, "--device", device]
+    with pytest.raises(torchrun.NoLauncher) as missing:
+        load_script("05_tp_mlp").main(argv)
+    assert (missing.value.script, missing.value.device) == ("05_tp_mlp.py", device)
+    plan = torchrun.plan_self_launch(
+        "05_tp_mlp.py", argv, device=device, gpus=gpus, cores=8, env={"PATH": "/bin"}
+    )
+    flags = ["--standalone", "--nproc-per-node", str(nproc)]
+    assert plan.what == what
+    assert plan.command[:2] == [sys.executable, "-c"]
+    assert plan.command[3:] == [*flags, str(ROOT / "05_tp_mlp.py"), *argv]
+    assert plan.shown == " ".join(["uv run torchrun", *flags, "05_tp_mlp.py", *argv])
+    assert plan.env == {"PATH": "/bin", "OMP_NUM_THREADS": str(8 // nproc)}
+    mine = {"OMP_NUM_THREADS": "3"}
+    kept = torchrun.plan_self_launch(
+        "05_tp_mlp.py", [], device=device, gpus=gpus, cores=8, env=mine
+    )
+    assert kept.env == {"OMP_NUM_THREADS": "3"}  # the user's own is left alone
+
+
+def test_alone_cuda_without_a_gpu_is_refused_before_starting_anything():
+    with pytest.raises(torchrun.UsageError, match="--device cuda was asked for, but PyTorch"):
+        torchrun.plan_self_launch("05_tp_mlp.py", [], device="cuda", gpus=0, cores=2, env={})
 
 
 @pytest.mark.parametrize("rank", [0, 1])
