@@ -308,10 +308,11 @@ def test_sweep_table_reads_fused_and_cuda_graph_rows():
 
 def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsys):
     real, calls = timing.time_cpu, []
+    repeats = load_script("tools.shape_sweep").REPEATS
 
     def interrupt_the_second_row(fn, **kwargs):
         calls.append(1)
-        if len(calls) == 2:
+        if len(calls) == repeats + 1:  # the second row's first repeat
             raise KeyboardInterrupt
         return real(fn, **kwargs)
 
@@ -323,3 +324,39 @@ def test_a_stopped_sweep_keeps_the_rows_it_measured(tmp_path, monkeypatch, capsy
     (table,) = (tmp_path / "shape_sweep").glob("*.txt")
     assert "STOPPED after 1 of 3 rows" in table.read_text()
     assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
+
+
+def test_two_busy_repeats_do_not_set_a_row_but_mark_it_noisy():
+    """Two repeats of 45 ms among 100 us ones (a burst of load on a shared CPU) set the
+    row's time when it was one timing; the median of the repeats is the 100 us, and the row
+    is marked noisy in the table, with one line saying why."""
+    sweep = load_script("tools.shape_sweep")
+    times = iter([100e-6, 45e-3, 100e-6, 45e-3, 99e-6])
+    found, noisy = sweep.row_timing(lambda: timing.summarize([next(times)], "injected"))
+    assert found.median_s == 100e-6 and noisy
+    quiet, calm = sweep.row_timing(lambda: timing.summarize([100e-6], "injected"))
+    assert quiet.median_s == 100e-6 and not calm
+    from common.measuring import sweep_report
+
+    rows = [sweep_row("eager", queued_us=100.0, noisy=True), sweep_row("compile", queued_us=90.0)]
+    table = sweep.mark_noisy(sweep_report.table(rows, limit=8, device="CPU"), rows)
+    lines = table.splitlines()
+    assert lines[3].startswith("eager") and lines[3].endswith("NOISY")
+    assert lines[4].startswith("compile") and not lines[4].endswith("NOISY")
+    (said,) = [x for x in lines if x.startswith("NOISY: 1 row(s)")]
+    assert "the machine was busy" in said and "noisy" in said
+    assert sweep.mark_noisy("title", [rows[1]]) == "title"  # nothing noisy: nothing said
+
+
+@pytest.mark.slow  # a real sweep of two rows, 5 repeats each: ~1-4 s on two busy cores
+def test_a_sweep_row_on_the_cpu_is_the_median_of_its_repeats(tmp_path, capsys):
+    argv = ["--shapes", "2x4", *SWEEP, "--variants", "eager", "--traces-dir", str(tmp_path)]
+    assert run_script("tools.shape_sweep", *argv) == 0
+    rows = read_rows(tmp_path)
+    assert [(r["batch"], r["hidden"]) for r in rows] == [("2", "16"), ("2", "32")]
+    for r in rows:
+        assert r["noisy"] in ("True", "False")
+        assert float(r["p20_us"]) <= float(r["queued_us"]) <= float(r["p80_us"])
+    out = capsys.readouterr().out
+    noisy = [r for r in rows if r["noisy"] == "True"]
+    assert ("NOISY: " in out) == bool(noisy)

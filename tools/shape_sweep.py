@@ -145,6 +145,38 @@ class Row:
     gate_up_geglu_us: float | None  # GPU time from the gate GEMM to the down GEMM, excluded:
     # gate, up and the GeGLU, comparable across every variant (None on a CPU)
     rel_err: float
+    noisy: bool = False  # its repeats spread past NOISY: the machine was busy (row_timing)
+
+
+# Each row's queued time is the median of REPEATS timings, each itself a median: one burst of
+# load on a shared CPU set two rows of 100 us to 45 ms, and with them the table and the plot.
+# Repeats whose 80th percentile is over NOISY times their 20th mark the row as noisy.
+REPEATS = 5
+NOISY = 1.5
+
+
+def row_timing(timer, repeats: int = REPEATS) -> tuple[timing.Timing, bool]:
+    """`timer()` `repeats` times: the median of their medians (20th and 80th percentiles
+    across the repeats beside it), and whether the repeats spread past NOISY."""
+    runs = [timer() for _ in range(repeats)]
+    found = timing.summarize([t.median_s for t in runs], f"median of {repeats} repeats")
+    return found, found.p80_s > NOISY * found.p20_s
+
+
+def mark_noisy(table: str, rows: list[Row]) -> str:
+    """The sweep's table with each noisy row marked, and one line saying what that means."""
+    lines = table.splitlines()
+    noisy = [i for i, r in enumerate(rows) if r.noisy]
+    if not noisy:
+        return table
+    for i in noisy:
+        lines[3 + i] += "  NOISY"  # below the title, the header and its rule
+    lines.append(
+        f"NOISY: {len(noisy)} row(s) whose {REPEATS} repeats spread past {NOISY}x (80th over "
+        "20th percentile): the machine was busy while they ran and their timings are noisy; "
+        "each row is the median of its repeats, but rerun on a quiet machine before trusting it"
+    )
+    return "\n".join(lines)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -313,6 +345,7 @@ def main(argv=None) -> int:
     run = cli.resolve(args)
     compiling = cli.compile_in_process()  # before any torch.compile; the sweep times compiles
     print(f"compiles run {compiling}")
+    timing.warn_if_cpu_busy(run.on_gpu)  # a loaded CPU sets every row, not one: said up front
     major = torch.cuda.get_device_capability(run.device)[0] if run.on_gpu else None
     variants = choose_variants(args.variants, run.on_gpu, major, run.dtype_name)
     shapes = [(b, s, args.hidden) for b, s in args.shapes]
@@ -343,7 +376,9 @@ def main(argv=None) -> int:
                     for row in sweep(variants, shapes, args, run):
                         rows.append(row)
                         csv_rows.write(row)
-                        print(f"[{len(rows)}/{total}] {sweep_report.progress(row)}", flush=True)
+                        noisy = " NOISY: its repeats disagree" if row.noisy else ""
+                        line = f"[{len(rows)}/{total}] {sweep_report.progress(row)}{noisy}"
+                        print(line, flush=True)
             finally:
                 if rows:
                     stopped = len(rows) < total
@@ -353,6 +388,7 @@ def main(argv=None) -> int:
                         device=describe(run),
                         stopped=(len(rows), total) if stopped else None,
                     )
+                    table = mark_noisy(table, rows)
                     print(table)
                     for path in [csv_rows.path, *sweep_report.write(folder, tag, rows, table)]:
                         print(f"wrote {path}")
@@ -440,10 +476,11 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
                 del out
                 call = lambda fn=fn, x=x: fn(x)  # noqa: E731
                 if run.on_gpu:
-                    queued = timing.time_gpu_queued(call)
-                    host = timing.time_host(call).median_s * 1e6
+                    queued, noisy = row_timing(lambda call=call: timing.time_gpu_queued(call))
+                    host = row_timing(lambda call=call: timing.time_host(call))[0].median_s * 1e6
                 else:
-                    queued, host = timing.time_cpu(call), None
+                    queued, noisy = row_timing(lambda call=call: cpu_timing(call))
+                    host = None
                 ran_compiled, seen = profile_calls(fn, x, run)
             yield Row(
                 variant=variant,
@@ -466,7 +503,13 @@ def sweep(variants: list[str], shapes: list[tuple[int, int, int]], args, run):
                 geglu_kernels=seen.geglu_kernels if seen else 0,
                 gate_up_geglu_us=seen.gate_up_geglu_us if seen else None,
                 rel_err=err,
+                noisy=noisy,
             )
+
+
+def cpu_timing(call) -> timing.Timing:
+    """One repeat on the CPU: a fifth of time_cpu's budget, so a row takes what it took."""
+    return timing.time_cpu(call, warmup_s=0.01, budget_s=0.1, min_runs=5)
 
 
 def build(

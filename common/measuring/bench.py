@@ -44,6 +44,35 @@ def flop_rate(per_s: float) -> str:
     return f"{per_s / 1e12:.1f} TFLOP/s" if per_s >= 1e11 else f"{per_s / 1e9:.3f} GFLOP/s"
 
 
+def ratio(r: float) -> str:
+    """A ratio to three significant digits ("0.0x" was 0.004x), never in an exponent: 0.00412x,
+    0.500x, 4.67x, 23.4x, and whole from 100x up: 232x."""
+    if not math.isfinite(r) or r <= 0:
+        return f"{r}x"
+    if r >= 100:
+        return f"{r:.0f}x"
+    return f"{r:.{max(1, 2 - math.floor(math.log10(r)))}f}x"
+
+
+def profiler_line(
+    profiled_s: float, forward_s: float, *, on_gpu: bool, forward: str, span: str = ""
+) -> str:
+    """How much the profiler inflated a step: a profiled step against the benched `forward`.
+    On a CPU a profiled step runs the very forward plus the profiler's work, so a benched
+    forward longer than it is no ratio but noise (a busy machine timed one of the two: 02 read
+    "a profiled step took 174.0 us, 0.0x the benched forward"): said so in words."""
+    took = f"a profiled step took {us(profiled_s)}" + (f" ({span})" if span else "")
+    if not on_gpu and profiled_s < forward_s:
+        return (
+            f"profiler: {took}, less than the {forward} ({us(forward_s)}), which it contains: "
+            "the machine was busy while one of them was timed, so neither tells the profiler's "
+            "cost; rerun on a quiet machine"
+        )
+    if forward_s <= 0:
+        return f"profiler: {took}; the {forward} took no measurable time: no ratio"
+    return f"profiler: {took}, {ratio(profiled_s / forward_s)} the {forward}"
+
+
 # --- which ceiling a kernel is judged against -------------------------------------------------
 
 NAMED = {TENSOR_CORES: "16-bit", TF32: "tf32", CUDA_CORES: "fp32"}
@@ -269,10 +298,7 @@ def report(
             f"  achieved: {flops / t / 1e9:.1f} GFLOP/s on the CPU (no ceilings are measured "
             "on a CPU, so no roofline claims)"
         )
-        print(
-            f"  profiler: a profiled step took {us(profiled)}, {profiled / t:.1f}x the "
-            "benched forward"
-        )
+        print(f"  {profiler_line(profiled, t, on_gpu=False, forward='benched forward')}")
         return measured
     queued = timing.time_gpu_queued(forward)
     host = timing.time_host(forward)
@@ -297,7 +323,7 @@ def report(
     for line in lines:
         print(f"  {line}")
     if ceil is None:
-        print(f"  profiler: a profiled step took {us(profiled)}, {profiled / t:.2f}x the forward")
+        print(f"  {profiler_line(profiled, t, on_gpu=True, forward='forward')}")
         return measured
     times, skipped = matched_times(recorded, model)
     rates, raised = floor_rates(model, precisions, times, ceil)
@@ -322,8 +348,6 @@ def report(
                 print(f"    {kernel_line(kernel, p, seconds, rates, bytes_per_s, l2_bytes)}")
     for line in skipped:
         print(f"  per kernel: {line}")
-    print(
-        f"  profiler: a profiled step took {us(profiled)} (step start to last kernel end), "
-        f"{profiled / t:.2f}x the one-call forward"
-    )
+    span = "step start to last kernel end"
+    print(f"  {profiler_line(profiled, t, on_gpu=True, forward='one-call forward', span=span)}")
     return measured

@@ -299,7 +299,11 @@ def at_scale(a: Trace, b: Trace) -> dict:
         "modules": _modules(a, b),
         "step_us": {k: statistics.median(v) if v else None for k, v in times.items()},
         "bound": {"a": _bound(a), "b": _bound(b)},
-        "verdict": _verdict(times, busy, changed, {"a": _bound(a), "b": _bound(b)}),
+        "same_op_apart": (apart := same_op_apart(a, b, times)),
+        "starved_copy": (starved := {"a": starved_copy(a), "b": starved_copy(b)}),
+        "verdict": _verdict(
+            times, busy, changed, {"a": _bound(a), "b": _bound(b)}, _busy(apart, starved)
+        ),
     }
 
 
@@ -361,13 +365,49 @@ def band(times: list[float]) -> tuple[float, float]:
     return min(times), max(times)
 
 
+def fast_band(times: list[float]) -> tuple[float, float]:
+    """band, robust to a slow step under 4 steps too: from the fastest step to the median.
+    Noise only adds time, so the slowest of 3 is dropped (a first step slowed by the
+    profiler's start), and where two of 3 are slow the median is among them and the band
+    reaches down to the fast one."""
+    if len(times) >= 4:
+        return band(times)
+    return min(times), statistics.median(times)
+
+
+def spread_and_difference(a: list[float], b: list[float]) -> tuple[float, float]:
+    """The steps' spread, the wider of the two sides' fast_band, and the difference of the
+    medians, both in the steps' unit. Where the spread is the larger, no verdict: two
+    02_linear runs on a busy CPU, 3 steps a side, one or two of them 50x the rest, read
+    "B is faster (0.02x)" and "B is slower (82.87x)"."""
+    (a1, a3), (b1, b3) = fast_band(a), fast_band(b)
+    return max(a3 - a1, b3 - b1), abs(statistics.median(b) - statistics.median(a))
+
+
+FASTEST = 0.5  # the fastest steps must move by this share of the medians' move, the same way
+
+
+def fastest_agree(a: list[float], b: list[float]) -> bool:
+    """Whether the fastest steps moved as the medians did: the same way, by FASTEST of it or
+    more. Noise only adds time, so a real change moves the fastest step too; medians set by
+    slow steps do not (100, 101, 99 us against 100, 8287, 8300: the medians 83x apart, the
+    fastest steps 1%)."""
+    moved = statistics.median(b) - statistics.median(a)
+    fast = min(b) - min(a)
+    return fast * moved > 0 and abs(fast) >= FASTEST * abs(moved)
+
+
 def measurably_different(a: list[float], b: list[float]) -> bool:
     """Whether B's step times differ from A's beyond their noise, the one definition compare
-    uses: the medians' ratio outruns NOISE times the wider band relative to its median, or
-    the two bands do not overlap and the medians differ by over 3%. With under 3 steps a
-    side, a change of 15% or more."""
+    uses: the medians differ by more than the wider band (spread_and_difference), and their
+    ratio outruns NOISE times the wider band relative to its median, or the two bands do not
+    overlap and the medians differ by over 3%. With under 3 steps a side, a change of 15% or
+    more."""
     ma, mb = statistics.median(a), statistics.median(b)
     (a1, a3), (b1, b3) = band(a), band(b)
+    spread_us, difference_us = spread_and_difference(a, b)
+    if spread_us >= difference_us or not fastest_agree(a, b):  # outlier steps: no verdict
+        return False
     change = abs(mb / ma - 1)
     spread = max((a3 - a1) / ma, (b3 - b1) / mb)
     apart = a3 < b1 or b3 < a1
@@ -376,10 +416,107 @@ def measurably_different(a: list[float], b: list[float]) -> bool:
     return change >= max(0.01, NOISE * spread / 2) or (apart and change > 0.03)
 
 
-def _verdict(times: dict, busy: dict, changed: list[dict], bound: dict) -> str:
+MACHINE = 5.0  # the very op on the very inputs this many times slower: the machine changed
+
+
+def _frozen(value):
+    """A recorded argument as a key: lists as tuples, all the way down."""
+    return tuple(map(_frozen, value)) if isinstance(value, (list, tuple)) else value
+
+
+def _calls(trace: Trace) -> dict[tuple, tuple[float, float]]:
+    """Per CPU op that recorded its inputs (name, input dims, input types): the median of its
+    calls' durations, and its time per step (-> (median call, per step))."""
+    found: dict[tuple, list[float]] = {}
+    for step in trace.steps:
+        for op in step.cpu_ops:
+            dims, types = op.args.get("Input Dims"), op.args.get("Input type")
+            if dims and types:
+                key = (op.name, _frozen(dims), _frozen(types))
+                found.setdefault(key, []).append(op.dur)
+    n = max(len(trace.steps), 1)
+    return {k: (statistics.median(v), sum(v) / n) for k, v in found.items()}
+
+
+def same_op_apart(a: Trace, b: Trace, steps: dict) -> dict | None:
+    """On two CPU-only traces, the op that ran on the very same inputs (name, dims, dtypes)
+    MACHINE times slower or more on one side and holds a tenth of that side's median step or
+    more: no change of code does that to one op on one CPU; a machine busy during one run
+    does (02_linear eager against compiled on a shared CPU: aten::copy_ of the bias, 128 kB,
+    7.0 ms a call in one and 23.7 us in the other; every step of the busy run at 16 ms, so no
+    step stood out). None where there is none (or the traces ran on a GPU)."""
+    if a.device is not None or b.device is not None or not steps["a"] or not steps["b"]:
+        return None
+    ca, cb = _calls(a), _calls(b)
+    worst = None
+    for key in ca.keys() & cb.keys():
+        (call_a, step_a), (call_b, step_b) = ca[key], cb[key]
+        if min(call_a, call_b) <= 0 or max(call_a, call_b) < MACHINE * min(call_a, call_b):
+            continue
+        slow = "a" if call_a > call_b else "b"
+        if (step_a if slow == "a" else step_b) < 0.1 * statistics.median(steps[slow]):
+            continue
+        apart = abs(step_a - step_b)
+        if worst is None or apart > worst["apart_us"]:
+            worst = {"name": key[0], "a_us": call_a, "b_us": call_b, "apart_us": apart}
+    return worst
+
+
+STARVED = 0.5e9  # bytes/s: a CPU copies GB/s; a copy this slow waited for a core
+STARVED_BYTES = 64 * 1024  # below this a copy's dispatch, not its bytes, sets its time
+
+
+def starved_copy(trace: Trace) -> dict | None:
+    """On a CPU-only trace, the slowest aten::copy_ of STARVED_BYTES or more (its read and its
+    write, from its recorded inputs) whose median call moved under STARVED: a CPU copies
+    GB/s, so that copy's thread waited for a core (02_linear's 128 kB bias copy took 7.0 ms a
+    call on a shared CPU under load, 37 MB/s; 12-25 us on the same machine quiet). None
+    where there is none, or on a GPU trace."""
+    if trace.device is not None:
+        return None
+    worst = None
+    for (name, dims, types), (call, _) in _calls(trace).items():
+        if name != "aten::copy_":
+            continue
+        sized = [
+            math.prod(shape) * ELEMENT_BYTES[dtype]
+            for shape, dtype in zip(dims[:2], types[:2], strict=False)
+            if isinstance(shape, tuple)
+            and shape
+            and dtype in ELEMENT_BYTES
+            and all(type(d) is int and d >= 0 for d in shape)
+        ]
+        moved = sum(sized) if len(sized) == 2 else 0
+        if moved >= 2 * STARVED_BYTES and call > 0 and moved / (call * 1e-6) < STARVED:
+            if worst is None or call > worst["us"]:
+                worst = {"name": name, "bytes": moved, "us": call}
+    return worst
+
+
+def _busy(apart: dict | None, starved: dict) -> str | None:
+    """Why the two runs' times say more about the machine than the code, or None."""
+    if apart:
+        far = max(apart["a_us"], apart["b_us"]) / min(apart["a_us"], apart["b_us"])
+        return (f"the same {apart['name']} on the same inputs took {duration(apart['a_us'])} a "
+                f"call in A and {duration(apart['b_us'])} in B ({far:.0f}x): the machine was "
+                "busy during one run, not the code's doing")  # fmt: skip
+    sides = [side for side in ("a", "b") if starved[side]]
+    if not sides:
+        return None
+    c = max((starved[side] for side in sides), key=lambda c: c["us"])
+    who = " and ".join(f"{side.upper()}'s" for side in sides)
+    return (f"{who} {c['name']} moved {c['bytes'] / 1e3:.0f} kB in {duration(c['us'])} a call "
+            f"({c['bytes'] / c['us']:.0f} MB/s, where a CPU copies GB/s): the machine was busy, "
+            f"its steps waited for a core")  # fmt: skip
+
+
+def _verdict(
+    times: dict, busy: dict, changed: list[dict], bound: dict, machine: str | None = None
+) -> str:
     """Faster or slower by the step's time (max of CPU span and GPU window per step), only
-    where the change outruns the steps' noise (measurably_different); the GPU's busy time
-    beside it, and the largest kernel group that got slower."""
+    where the change outruns the steps' noise (measurably_different) and the machine did
+    not set the times (`machine`, why it did: _busy); the GPU's busy time beside it, and the
+    largest kernel group that got slower."""
     a, b = times["a"], times["b"]
     if not a or not b:
         return "nothing to compare"
@@ -387,12 +524,24 @@ def _verdict(times: dict, busy: dict, changed: list[dict], bound: dict) -> str:
     if not ma or not mb:
         return "nothing to compare"
     ratio = mb / ma
-    if not measurably_different(a, b):
-        speed = "not measurably different"
+    spread, difference = spread_and_difference(a, b)
+    if machine:  # no ratio: the machine's speed is no speed of the code
+        line = (f"B is not measurably different: {machine}; median step {duration(ma)} -> "
+                f"{duration(mb)}")  # fmt: skip
+    elif 0 < spread >= difference:  # no ratio: an outlier step's 0.02x or 83x is no speed
+        line = (f"B is not measurably different: the steps' spread ({duration(spread)}) exceeds "
+                f"the difference ({duration(difference)}); median step {duration(ma)} -> "
+                f"{duration(mb)} (per step the longer of CPU and GPU)")  # fmt: skip
+    elif difference and not fastest_agree(a, b):
+        line = (f"B is not measurably different: the fastest steps ({duration(min(a))} -> "
+                f"{duration(min(b))}) did not move with the medians ({duration(ma)} -> "
+                f"{duration(mb)}): slow steps set them (per step the longer of CPU and "
+                "GPU)")  # fmt: skip
     else:
         speed = "faster" if ratio < 1 else "slower"
-    line = (f"B is {speed}: step {duration(ma)} -> {duration(mb)} ({ratio:.2f}x; per step the "
-            "longer of CPU and GPU)")  # fmt: skip
+        speed = speed if measurably_different(a, b) else "not measurably different"
+        line = (f"B is {speed}: step {duration(ma)} -> {duration(mb)} ({ratio:.2f}x; per step "
+                "the longer of CPU and GPU)")  # fmt: skip
     if busy["a"] and busy["b"]:
         change = busy["b"] / busy["a"]
         line += f", GPU busy {duration(busy['a'])} -> {duration(busy['b'])} ({change:.2f}x)"

@@ -28,9 +28,10 @@ and changed by grouped name (per-step totals), CPU ops whose count or time chang
 TraceDiff), nn.Modules (by path) whose GPU time (CPU time on CPU traces) changed, where both
 traces carry module events (with_stack=True), and a verdict in one line: faster or slower
 only where the change outruns the steps' noise (each side's band: the interquartile range of
-its step times from 4 steps, so one slow step does not widen it; the full range below that),
-else "not measurably different". Each extra kernel is listed with its own time beside its own
-byte estimate.
+its step times from 4 steps, so one slow step does not widen it; below that, the fastest step
+to the median), the fastest steps moved with the medians, and, on CPU traces, no op ran far
+apart on the same inputs (a busy machine); else "not measurably different". Each extra kernel
+is listed with its own time beside its own byte estimate.
 
 A trace without ProfilerStep is read as one window, as explain reads it. A file that is not a
 usable trace (unreadable, not JSON, no event the reader uses) is one line on stderr and exit
