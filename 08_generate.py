@@ -453,7 +453,7 @@ def main(argv=None) -> int:
     for phase in PHASES:
         as_expected &= look(v, phase, EXPECT[phase](v), seen.trace, phases.get(phase, []))
     reading = tracereader.generation(seen.trace)
-    plumbing.print_reading(reading, floor)
+    plumbing.print_reading(reading, floor, generated=args.new_tokens)
     if v.impl == "ours":
         generation(args.new_tokens)  # a whole one: the dynamic cache at its longest
         plumbing.print_kv_cache(generation.cache, v, args.new_tokens, elt)

@@ -236,15 +236,21 @@ def batches(text: str) -> list[int]:
     return found
 
 
-def print_reading(g: dict | None, floor: float | None) -> None:
-    """The reader's reading of the phases: per token, and its verdict (launch-bound,
-    balanced, GPU- and so at a small batch bandwidth-bound)."""
+def print_reading(g: dict | None, floor: float | None, generated: int | None = None) -> None:
+    """The reader's reading of the phases: per token (over the decode steps the profiler
+    recorded, of the `generated` tokens' decode steps where given), and its verdict
+    (launch-bound, balanced, GPU- and so at a small batch bandwidth-bound)."""
     if g is None:
         print("generation: no decode step in the trace")
         return
     d = g["decode"]
     per = d["per_token_us"]["median"]
-    line = f"generation: decode {per / 1e3:.3f} ms per token in the trace (profiled)"
+    of = f" of the {generated - 1} decoded ({generated} generated)" if generated else ""
+    steps = "step" if d["tokens"] == 1 else "steps"
+    line = (
+        f"generation: decode {per / 1e3:.3f} ms per token over the {d['tokens']} profiled decode "
+        f"{steps}{of}"
+    )
     if g["prefill"]:
         line += f", prefill {g['prefill']['wall_us'] / 1e3:.3f} ms"
     print(line)
@@ -321,6 +327,19 @@ def run_tag(args: argparse.Namespace, run: cli.Run) -> str:
 # --- the lines printed around the loop ---------------------------------------------------
 
 
+def size(n: float) -> str:
+    """Bytes in binary units, 3 significant digits: 2.46 KiB, 96.0 MiB, 15.0 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{_three(n / scale)} {unit}"
+    return f"{n:.0f} B"
+
+
+def _three(x: float) -> str:
+    """3 significant digits, never in e-notation: 1.23, 12.3, 123, 1023."""
+    return f"{x:.{max(0, 2 - len(str(int(abs(x)))) + 1)}f}"
+
+
 def print_guess(v: Variant, new_tokens: int, elt: int, bytes_per_s: float | None) -> float | None:
     """The bytes a decode token reads (its traffic model's) and the KV cache's part of them at
     the mean length; on a GPU the floor they set at `bytes_per_s`, returned (seconds a token;
@@ -329,9 +348,8 @@ def print_guess(v: Variant, new_tokens: int, elt: int, bytes_per_s: float | None
     mean = v.prompt + new_tokens // 2
     kv_read = kv_arithmetic(v.cfg, mean, v.batch, elt)
     print(
-        f"guess: a decode token reads {moved / 1e9:.3g} GB: the weights (and activations) "
-        f"{(moved - kv_read) / 1e9:.3g} GB, the KV cache at the mean length "
-        f"{mean} {kv_read / 1e9:.3g} GB"
+        f"guess: a decode token reads {size(moved)}: the weights (and activations) "
+        f"{size(moved - kv_read)}, the KV cache at the mean length {mean} {size(kv_read)}"
     )
     if not bytes_per_s:
         return None
@@ -365,7 +383,8 @@ def agree(tokens: torch.Tensor, ref_tokens: torch.Tensor, ref_logits, dtype) -> 
     same = tokens.shape[0] - len(rows)
     print(
         f"correctness: {same} of {tokens.shape[0]} sequences give the float32 reference's "
-        f"{tokens.shape[1]} greedy tokens exactly: ok"
+        f"{tokens.shape[1]} greedy tokens exactly (the first by prefill, then "
+        f"{tokens.shape[1] - 1} decode steps): ok"
     )
     for b, i, gap in rows:
         print(
@@ -384,7 +403,7 @@ def print_kv_cache(cache, v: Variant, new_tokens: int, elt: int) -> None:
         f"KV cache: {kv / 2**20:.3f} MiB held; 2 x {cfg.layers} layers x {cfg.kv_heads} "
         f"kv heads x {cfg.head_dim} x {held} tokens x {elt} bytes x batch "
         f"{v.batch} = {kv_arithmetic(cfg, held, v.batch, elt) / 2**20:.3f} MiB; "
-        f"the weights {cfg.params() * elt / 2**30:.3f} GiB"
+        f"the weights {size(cfg.params() * elt)}"
     )
 
 

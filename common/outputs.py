@@ -50,8 +50,10 @@ def run_tag(
 
     On a GPU with the lesson's default schedule this is exactly the posts' naming,
     e.g. `64_bf16_cold_eager`; CPU runs and other schedules get a suffix so
-    they never overwrite a GPU trace.
+    they never overwrite a GPU trace. Every lesson names its files before any work: where
+    --bucket asks to share them, what sharing needs is checked here too (check_sharing).
     """
+    check_sharing(args)
     parts = [shape, run.dtype_name] + ([extra] if extra else [])
     parts.append("compile" if args.compile else "eager")
     schedule = (args.wait, args.warmup_steps, args.active)
@@ -60,6 +62,27 @@ def run_tag(
     if not run.on_gpu:
         parts.append("cpu")
     return "_".join(parts)
+
+
+def check_sharing(args: argparse.Namespace) -> None:
+    """--bucket NAME: huggingface_hub imports and a Hugging Face token is there (HF_TOKEN, or
+    the one `hf auth login` saved), checked before any work; UsageError (one line, exit code 2)
+    where not, rather than after a whole run. The Hub itself is reached only after the run."""
+    bucket = getattr(args, "bucket", None)
+    if bucket is None:
+        return
+    try:
+        import huggingface_hub as hf
+    except ImportError as err:
+        raise UsageError(
+            f"--bucket {bucket}: huggingface_hub does not import ({err}); install it "
+            "(uv sync) or run without --bucket"
+        ) from None
+    if not hf.get_token():
+        raise UsageError(
+            f"--bucket {bucket}: no Hugging Face token (run `hf auth login` or set HF_TOKEN); "
+            "checked before the run, nothing was done"
+        )
 
 
 def stamp(trace: Path, meta: dict, *, name: str | None = None) -> bool:

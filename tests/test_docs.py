@@ -95,3 +95,18 @@ def test_every_docs_page_the_repository_names_exists_with_its_section():
                 assert (DOCS / page).is_file(), (path, page)
             for page, section in QUOTED.findall(text):
                 assert section in headings(DOCS / page), (path, page, section)
+
+
+# `tools/dev/ranks/link_curve.py`, `python -m tools.tp_scaling`: a tool the pages tell to run
+TOOL_FILE = re.compile(r"\btools/[\w/]+\.py\b")
+TOOL_MODULE = re.compile(r"\bpython3? -m (tools(?:\.\w+)+)")
+
+
+def test_every_tool_the_docs_and_the_fixtures_cite_exists():
+    pages = [*DOCS.rglob("*.md"), ROOT / "tests" / "fixtures" / "README.md"]
+    for page in pages:
+        text = page.read_text()
+        cited = TOOL_FILE.findall(text)
+        cited += [m.replace(".", "/") + ".py" for m in TOOL_MODULE.findall(text)]
+        for tool in cited:
+            assert (ROOT / tool).is_file(), (page.relative_to(ROOT).as_posix(), tool)

@@ -17,6 +17,7 @@ from pathlib import Path
 from tracereader.analyses import memory
 from tracereader.commands.shared import load_or_exit, stdout_closed
 from tracereader.render import memory as render
+from tracereader.render.lines import wrap
 
 
 def png_path(trace: str, asked: str | None) -> Path:
@@ -104,7 +105,7 @@ def explain_main(args) -> int:
             grown = growth.read(trace)  # memory that grows every step: said first
             first = growth_finding(grown) if grown else None
             if first is not None:
-                print(f"first: {first.message} -> try: {first.next}")
+                print("\n".join(wrap([f"first: {first.message} -> try: {first.next}"])))
             print(render.text(reading, args.trace, str(png)))
     except BrokenPipeError:
         return stdout_closed()

@@ -451,7 +451,7 @@ def _generation(trace: Trace) -> Finding | None:
     d = g["decode"]
     per, wait = d["per_token_us"]["median"], d["host_wait_us"]
     prefill = f"; prefill {g['prefill']['wall_us']:.0f} us" if g["prefill"] else ""
-    head = f"decode {per:.0f} us per token over {d['tokens']} tokens{prefill}"
+    head = f"decode {per:.0f} us per token over {d['tokens']} profiled decode steps{prefill}"
     if g["bound"] is None:
         return Finding("generation", f"{head} (CPU only: launch- or bandwidth-bound not told)")
     launches = ", ".join(f"{n} {kind}" for kind, n in sorted(d["launches"].items()))

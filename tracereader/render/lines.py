@@ -1,26 +1,54 @@
-"""Lines that fit a terminal: a line longer than WIDTH is wrapped at spaces, its continuation
-indented under the line's own indent, so a long list (kernel names, CPU ops gone) stays
-readable and nothing is cut."""
+"""Lines that fit a terminal: a line longer than the width is wrapped at spaces, its
+continuation indented under the line's own indent, so a long list (kernel names, CPU ops gone)
+stays readable and nothing is cut. explain's text is at most WIDTH wide; a path longer than
+that (typed that long) is kept whole on a line of its own, a name that long broken at the end of
+the line."""
 
 from __future__ import annotations
 
 import textwrap
 
-WIDTH = 160
+WIDTH = 100  # explain's text, every line of it
+WIDE = 160  # compare's text (render/compare.py): two traces' names side by side
+HANG = 4  # a continuation line's indent past its item's own
 
 
-def fit(lines: list[str], width: int = WIDTH) -> str:
+def fit(lines: list[str], width: int = WIDE) -> str:
+    return "\n".join(wrap(lines, width))
+
+
+def wrap(lines: list[str], width: int = WIDTH) -> list[str]:
+    """Each line as it is, or wrapped at spaces into lines of at most `width`."""
     out: list[str] = []
     for line in lines:
         if len(line) <= width:
             out.append(line)
             continue
         indent = " " * (len(line) - len(line.lstrip(" ")))
+        room = width - len(indent) - HANG
+        # a path is copied whole, on a line of its own however long; a longer name (a compiled
+        # kernel's) is broken where a line ends, so that no line is wider than `width`
+        path = any(len(word) > room and "/" in word for word in line.split())
         out += textwrap.wrap(
             line,
             width=width,
-            subsequent_indent=indent + "    ",
+            subsequent_indent=indent + " " * HANG,
             break_on_hyphens=False,
-            break_long_words=False,  # a path or a name is copied whole, never cut
+            break_long_words=not path,
         )
-    return "\n".join(out)
+    return out
+
+
+def cut(name: str, width: int) -> str:
+    """A name in a table's column: whole where it fits, else its start and an ellipsis."""
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def header(head: str, about: str, width: int = WIDTH) -> list[str]:
+    """A section's first line, `head` (naming a path) then `(about)`: one line where it fits,
+    else `about` whole on the line below, so that a path's length never splits what is said of
+    it."""
+    line = f"{head} ({about})"
+    if len(line) <= width:
+        return [line]
+    return [*wrap([head], width), *wrap([f"{' ' * HANG}({about})"], width)]

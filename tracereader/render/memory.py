@@ -9,6 +9,7 @@ binary units (GiB, MiB: as torch.cuda.memory_allocated is read).
 
 from __future__ import annotations
 
+from tracereader.render.lines import wrap
 from tracereader.units import duration
 
 TOP = 15  # rows of ops alive at the peak; the rest is one line
@@ -77,7 +78,7 @@ def text(reading: dict, trace_path: str, png: str | None) -> str:
     if png:
         lines.append("")
         lines.append(f"plot: {png}")
-    return "\n".join(lines)
+    return "\n".join(wrap(lines))
 
 
 def as_dict(reading: dict, png: str | None) -> dict:

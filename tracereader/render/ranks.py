@@ -1,9 +1,9 @@
-"""Text of the multi-rank reading (one run) and of two runs side by side: formats, computes
-nothing."""
+"""Text of the multi-rank reading (one run: explain's, every line at most lines.WIDTH wide)
+and of two runs side by side (compare's): formats, computes nothing."""
 
 from __future__ import annotations
 
-from tracereader.render.lines import fit
+from tracereader.render.lines import fit, header, wrap
 from tracereader.units import bytes_text, cell
 
 
@@ -17,18 +17,19 @@ def _finding(f: dict) -> str:
 def text(result: dict) -> str:
     on_gpu = result["device"] is not None
     where = result["device"] or "CPU only"
-    lines = [
-        f"run: {result['run']} ({len(result['ranks'])} of {result['world']} ranks, "
+    lines = header(
+        f"run: {result['run']}",
+        f"{len(result['ranks'])} of {result['world']} ranks, "
         f"{result['backend'] or 'backend unknown'}, {where}; {result['steps_matched']} "
-        "recorded steps on every rank)"
-    ]
+        "recorded steps on every rank",
+    )
     lines += [f"  PROBLEM: {p}" for p in result["problems"]]
     lines += [_finding(f) for f in result.get("findings", [])[:2]]  # the cause first
     lane = "GPU work" if on_gpu else "CPU time on the step's thread"
     lines.append(f"per rank ({lane}, us; each column its own median over the recorded steps):")
-    header = f"  {'rank':>4} {'step':>10} {'compute':>10} {'comm':>10} {'exposed':>10}"
-    header += f" {'comm share':>11}" + (f" {'waits':>8} {'exposed-waits':>13}" if on_gpu else "")
-    lines.append(header)
+    columns = f"  {'rank':>4} {'step':>10} {'compute':>10} {'comm':>10} {'exposed':>10}"
+    columns += f" {'comm share':>11}" + (f" {'waits':>8} {'exposed-waits':>13}" if on_gpu else "")
+    lines.append(columns)
     for row in result["per_rank"]:
         busy = (row["compute_us"] or 0) + (row["comm_us"] or 0)
         share = f"{(row['comm_us'] or 0) / busy:.0%}" if busy else "-"
@@ -111,7 +112,7 @@ def text(result: dict) -> str:
     first = result["per_rank"][0]["path"] if result["per_rank"] else None
     if first:
         lines.append(f"one rank in full: uv run explain {first}")
-    return fit(lines)
+    return "\n".join(wrap(lines))
 
 
 def compare_text(result: dict) -> str:
@@ -141,4 +142,4 @@ def compare_text(result: dict) -> str:
     lines.append(f"  {'bus bandwidth (GB/s)':<38} {bus_a:>10} {bus_b:>10}")
     if a["rank0"] and b["rank0"]:
         lines.append(f"kernel by kernel, rank 0: uv run compare {a['rank0']} {b['rank0']}")
-    return fit(lines)
+    return fit(lines)  # compare's width

@@ -29,26 +29,26 @@ from tracereader.judge.finding import SMALL_STEP, Finding
 from tracereader.names import footprint
 from tracereader.names.kernel_classes import group
 from tracereader.reading import Reading
-from tracereader.render.lines import fit
+from tracereader.render.lines import WIDTH, cut, header, wrap
 from tracereader.trace.model import Step, Trace, silent_ops
 from tracereader.units import duration
 
 SCHEMA_VERSION = 2
 SCREEN = 80  # lines: the summary of any trace fits one screen
-NAME_WIDTH = 70
+NAME_WIDTH = 70  # a name column's widest, where the line's other columns leave it room
 MAX_OPS = 200  # listing: lines per list in a step; a step of 100k ops must stay readable
 STEP_LINES = 8  # listing: one line each for this many more steps; a long run stays one screen
 SMALL_OPS = 60  # a step this small (and finding.SMALL_STEP GPU items) is listed by default
 
 
 def _cut(name: str, width: int = NAME_WIDTH) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
+    return cut(name, width)
 
 
 # --- text --------------------------------------------------------------------------------
 
 
-def _header(trace: Trace) -> str:
+def _header(trace: Trace) -> list[str]:
     if trace.device is None:
         device = "CPU only"
     elif trace.device_source == "GPU events":
@@ -61,7 +61,7 @@ def _header(trace: Trace) -> str:
         if trace.unit == "step"
         else "no ProfilerStep: the recorded window is one unit"
     )
-    return f"trace: {trace.path} ({device}{rank}; {unit})"
+    return header(f"trace: {trace.path}", f"{device}{rank}; {unit}")
 
 
 def _first(reading: Reading) -> list[str]:
@@ -75,7 +75,7 @@ def _first(reading: Reading) -> list[str]:
 def summary_lines(reading: Reading) -> list[str]:
     trace, data = reading.trace, reading.summary
     unit = "step" if trace.unit == "step" else "window"
-    lines = [_header(trace)]
+    lines = _header(trace)
     lines += generation_lines(data.get("generation"))
     lines += _first(reading)
     phase = f" {data['phase']}" if data.get("phase") else ""
@@ -140,13 +140,15 @@ def summary_lines(reading: Reading) -> list[str]:
         lines.append("top CPU ops by self time (all steps):")
         for op in data["top_ops_by_self"][:5]:
             wait = op.get("backward_wait_us", 0.0)
-            waited = ""
-            if wait >= 0.01 * max(op["self_us"], 1.0):
-                waited = f"; and {duration(wait)} waiting in backward(), not counted"
-            lines.append(
-                f"  {_cut(op['name'], 50):<50} {duration(op['self_us']):>10} "
-                f"(x{op['count']}{waited})"
-            )
+            row = f"  {_cut(op['name'], 50):<50} {duration(op['self_us']):>10} (x{op['count']}"
+            if wait < 0.01 * max(op["self_us"], 1.0):
+                lines.append(row + ")")
+                continue
+            waited = f"and {duration(wait)} waiting in backward(), not counted)"
+            if len(row) + 2 + len(waited) <= WIDTH:
+                lines.append(f"{row}; {waited}")
+            else:  # the row keeps its columns, what it leaves out goes below it, whole
+                lines += [row + ";", f"{'':6}{waited}"]
     if data["phases"]:
         lines.append(f"phases (the last {unit}):        CPU      GPU busy")
         for p in data["phases"]:
@@ -210,11 +212,15 @@ def _module_row(label: str, row: dict, on_gpu: bool, width: int) -> str:
     return f"{_cut(label, width):<{width}} {duration(row['cpu_us']):>10}{gpu}"
 
 
-def _module_header(title: str, on_gpu: bool, extra: str = "") -> tuple[str, int]:
-    """The section's title with the column names after it, and the width of the name column."""
-    width = min(max(46, len(title)), NAME_WIDTH)
+def _module_header(title: str, on_gpu: bool, extra: str = "") -> tuple[list[str], int]:
+    """The section's title with the column names after it (a title too long for that: the
+    names on a line of their own), and the width of the name column: the line fits WIDTH."""
     gpu = f" {'GPU busy':>10} {'launches':>8}" if on_gpu else ""
-    return f"{title:<{width}} {'CPU':>10}{gpu}{extra}", width
+    columns = f" {'CPU':>10}{gpu}{extra}"
+    width = min(max(46, len(title)), NAME_WIDTH, WIDTH - len(columns))
+    if len(title) > width:
+        return [title, f"{'':<{width}}{columns}"], width
+    return [f"{title:<{width}}{columns}"], width
 
 
 def module_lines(data: dict | None, unit: str, on_gpu: bool) -> list[str]:
@@ -224,8 +230,7 @@ def module_lines(data: dict | None, unit: str, on_gpu: bool) -> list[str]:
         return []
     inside = f" inside {' > '.join(data['wrappers'])}" if data["wrappers"] else ""
     title = f"nn.Modules{inside} (per {unit}, median; --modules: all):"
-    header, width = _module_header(title, on_gpu)
-    lines = [header]
+    lines, width = _module_header(title, on_gpu)
     for row in data["rows"]:
         lines.append(_module_row(f"{'  ' * row['level']}{row['name']}", row, on_gpu, width))
     out = data["outside_modules"] or {}
@@ -249,10 +254,9 @@ def module_tree_lines(data: dict | None, unit: str, on_gpu: bool, max_ops: int |
             "nn.Modules: none in this trace (torch.profiler records nn.Module calls with "
             "with_stack=True)"
         ]
-    header, width = _module_header(
+    lines, width = _module_header(
         f"nn.Module tree (per {unit}, median, children included):", on_gpu, f" {'calls':>6}"
     )
-    lines = [header]
     for node in data["tree"][:max_ops]:
         label = f"{'  ' * (node['depth'] + 1)}{node['name']}"
         lines.append(f"{_module_row(label, node, on_gpu, width)} {node['calls']:6g}")
@@ -319,34 +323,41 @@ def text(
     """The reading for a person: the summary (one screen), then the listing where a step is
     small or a flag asks for it. `max_ops` caps each list of the listing (None: no cap)."""
     trace, data = reading.trace, reading.summary
-    lines = summary_lines(reading) if trace.steps else [_header(trace)]
-    lines += _window_lines(reading)
+    # every line at most WIDTH wide: a long one wraps under its item (a path stays whole), and
+    # the screen's lines are counted as they print; the listing's rows are a table of their own
+    # (one kernel a row, its name cut to its column)
+    lines = wrap(summary_lines(reading) if trace.steps else _header(trace))
+    lines += wrap(_window_lines(reading))
     shown, hidden = reading.findings, reading.hidden
     if all_findings:
         shown, hidden = shown + hidden, []
     lines.append("findings: (ranked by the time at stake per step: us, % of the step)")
-    room = SCREEN - len(lines) - 2
-    for f in shown[:room] if not all_findings else shown:
-        lines.append(finding_line(f))
-    left = len(shown) - room if not all_findings and len(shown) > room else 0
-    if hidden or left:
+    listed = _listing(reading, all_steps, max_ops, kernels, ops, step)
+    hint = wrap([LISTING_HINT]) if not listed and trace.steps else []
+    room = SCREEN - len(lines) - 1 - len(hint)  # 1: the line that says how many more
+    told = 0
+    for f in shown:
+        block = wrap([finding_line(f)])
+        if not all_findings and len(block) > room:
+            break
+        lines += block
+        room -= len(block)
+        told += 1
+    if hidden or told < len(shown):
         lines.append(
-            f"  ({len(hidden) + max(left, 0)} more: under 1% of the step, or past the screen; "
-            "--all-findings lists them)"
+            f"  ({len(hidden) + len(shown) - told} more: under 1% of the step, or past the "
+            "screen; --all-findings lists them)"
         )
     if module_tree and trace.steps:
         unit = "step" if trace.unit == "step" else "window"
-        lines += module_tree_lines(data["modules"], unit, trace.on_gpu, max_ops)
-    listed = _listing(reading, all_steps, max_ops, kernels, ops, step)
-    if not listed and trace.steps:
-        lines.append(
-            "per-kernel listing: --kernels (GPU work), --ops (CPU dispatch chain), --step N "
-            "(which step, 0 = first), --all-steps"
-        )
-    # the summary and the findings fit the screen; the listing's rows are a table of their
-    # own (one kernel a row, its names cut to NAME_WIDTH), read with a pager
-    # the header names the trace's path, whatever its length: it stays whole
-    return "\n".join(filter(None, (lines[0], fit(lines[1:]), "\n".join(listed))))
+        lines += wrap(module_tree_lines(data["modules"], unit, trace.on_gpu, max_ops))
+    return "\n".join(lines + hint + wrap(listed))
+
+
+LISTING_HINT = (
+    "per-kernel listing: --kernels (GPU work), --ops (CPU dispatch chain), --step N (which "
+    "step, 0 = first), --all-steps"
+)
 
 
 def _listing(reading: Reading, all_steps, max_ops, kernels, ops, step) -> list[str]:
@@ -377,6 +388,22 @@ def _listing(reading: Reading, all_steps, max_ops, kernels, ops, step) -> list[s
     return lines
 
 
+def _gpu_row(item) -> list[str]:
+    """A GPU item's row of the listing: its columns, the name cut to the room they leave; the
+    reading after it where it fits, else on the next line under the name."""
+    row = f"    {item.dur:8.1f}  {_cut(item.klass.cls, 11):<11} {_cut(item.launched_by, 18):<18} "
+    row += _cut(item.name, min(NAME_WIDTH, WIDTH - len(row)))
+    reading = f"({item.klass.detail})" if item.klass.detail else ""
+    if not reading:
+        return [row]
+    if len(row) + 1 + len(reading) <= WIDTH:
+        return [f"{row} {reading}"]
+    return [row, f"{'':{_NAME_AT}}{reading}"]
+
+
+_NAME_AT = 45  # the listing's name column: 4 + 8 + 2 + 11 + 1 + 18 + 1
+
+
 def _more(left: int) -> str:
     return f"... {left} more (--max-ops)"
 
@@ -399,11 +426,7 @@ def step_text(
         lines.append("  GPU work, in launch order (a kernel's footprint on the line below it):")
         lines.append(f"    {'us':>8}  {'class':<11} {'launched by':<18} name (reading)")
         for item in step.gpu[:max_ops]:
-            reading = f" ({item.klass.detail})" if item.klass.detail else ""
-            lines.append(
-                f"    {item.dur:8.1f}  {item.klass.cls:<11} {item.launched_by:<18} "
-                f"{_cut(item.name)}{reading}"
-            )
+            lines += _gpu_row(item)
             if item.kind == "kernel":
                 shape = footprint.describe(item.args, _occupancy(trace, item))
                 if shape:
@@ -419,7 +442,8 @@ def step_text(
             for i in op.launched
         ]
         mark = f"  -> {', '.join(launched)}" if launched else ""
-        lines.append(f"    {'  ' * op.depth}{op.name}{mark}")
+        indent = f"    {'  ' * op.depth}"
+        lines.append(f"{indent}{_cut(op.name, max(WIDTH - len(indent), 40))}{mark}")
     if max_ops is not None and len(step.cpu_ops) > max_ops:
         lines.append(f"    {_more(len(step.cpu_ops) - max_ops)}")
     silent = silent_ops(step) if on_gpu else []  # on a CPU trace nothing launches GPU work
