@@ -128,7 +128,9 @@ def test_the_scope_names_are_the_kernels():
 
 def test_command_line_reads_a_saved_trace(capsys):
     assert explain([str(FIXTURE), "--proton"]) == 0
-    assert "producer waits for a free slot 65%" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "producer waits for a free slot 65%" in " ".join(out.split())
+    assert max(map(len, out.splitlines())) <= 100  # explain's width, as every other reading
     with pytest.raises(SystemExit) as stop:
         explain(["--proton"])
     assert stop.value.code == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from tracereader.analyses.proton import read
+from tracereader.render.lines import wrap
 from tracereader.render.proton import summary
 from tracereader.trace.proton import load
 
@@ -16,6 +17,6 @@ def explain_main(args) -> int:
     except (OSError, ValueError) as err:  # missing, unreadable, not JSON (or not gzip)
         print(f"error: cannot read {args.trace}: {err}", file=sys.stderr)
         return 2
-    for line in summary(read(events)):
+    for line in wrap(summary(read(events))):  # explain's text: at most 100 columns
         print(line)
     return 0
