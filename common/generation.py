@@ -15,7 +15,7 @@ import torch
 from common import cli, fused_kernel, outputs
 from common.measuring.generation import floor_s, kv_arithmetic
 from modules import decode_attention, llama
-from tracereader import WORDS
+from tracereader import WORDS, binary_size
 
 # The first divergence from the reference is rounding when the reference itself scores our
 # token within this share of its logits' root-mean-square of its own choice. Measured: bf16
@@ -329,15 +329,7 @@ def run_tag(args: argparse.Namespace, run: cli.Run) -> str:
 
 def size(n: float) -> str:
     """Bytes in binary units, 3 significant digits: 2.46 KiB, 96.0 MiB, 15.0 GiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{_three(n / scale)} {unit}"
-    return f"{n:.0f} B"
-
-
-def _three(x: float) -> str:
-    """3 significant digits, never in e-notation: 1.23, 12.3, 123, 1023."""
-    return f"{x:.{max(0, 2 - len(str(int(abs(x)))) + 1)}f}"
+    return binary_size(n, three_digits=True)
 
 
 def print_guess(v: Variant, new_tokens: int, elt: int, bytes_per_s: float | None) -> float | None:

@@ -46,6 +46,7 @@ _DOOR = {
     "run_text": ("tracereader.render.ranks", "text"),
     "link_curve": ("tracereader.commands.runs", "link_curve"),
     "bytes_text": ("tracereader.units", "bytes_text"),
+    "binary_size": ("tracereader.units", "binary_size"),
     "Expect": ("tracereader.judge.expectations", "Expect"),
     "check": ("tracereader.judge.expectations", "check"),
     "phase_steps": ("tracereader.analyses.training", "phase_steps"),

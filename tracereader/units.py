@@ -31,3 +31,14 @@ def bytes_text(n: float | None) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n:.0f} B"
+
+
+def binary_size(n: float, *, three_digits: bool = False) -> str:
+    """Bytes in binary units: 2 decimals (1.50 MiB), or 3 significant digits, never in
+    e-notation (2.46 KiB, 96.0 MiB, 123 GiB)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            x = n / scale
+            digits = max(0, 3 - len(str(int(abs(x))))) if three_digits else 2
+            return f"{x:.{digits}f} {unit}"
+    return f"{n:.0f} B"

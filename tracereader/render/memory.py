@@ -10,16 +10,13 @@ binary units (GiB, MiB: as torch.cuda.memory_allocated is read).
 from __future__ import annotations
 
 from tracereader.render.lines import wrap
-from tracereader.units import duration
+from tracereader.units import binary_size, duration
 
 TOP = 15  # rows of ops alive at the peak; the rest is one line
 
 
 def size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
+    return binary_size(n)
 
 
 def _when(peak: dict) -> str:
