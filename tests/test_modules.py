@@ -100,11 +100,11 @@ def test_a_cpu_trace_with_stack_shows_the_module_tree(cpu_traces, capsys):
     data = json.loads(run([str(stack), "--json"], capsys))["traces"][0]["summary"]["modules"]
     tree = {node["path"]: node for node in data["tree"]}
     assert data["wrappers"] == ["Net_0"]
-    assert [(r["name"], r["level"]) for r in data["rows"]] == [
-        ("Sequential_0", 1),
-        ("Block x5", 2),
-        ("Linear_10", 1),
-    ]
+    rows = [(r["name"], r["level"]) for r in data["rows"]]
+    # which of the two top-level modules ranks first is their CPU time: on busy cores a noisy
+    # Linear_10 call can outlast the five blocks, so the order of the two is not asserted
+    assert sorted(rows) == [("Block x5", 2), ("Linear_10", 1), ("Sequential_0", 1)]
+    assert rows.index(("Block x5", 2)) == rows.index(("Sequential_0", 1)) + 1  # under its parent
     assert tree["Net_0/Sequential_0/Block_4/Linear_9"]["depth"] == 3
     evs = events(stack)
     for step_name, path in (
