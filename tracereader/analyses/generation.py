@@ -89,7 +89,7 @@ def _median(values: list[float]) -> dict:
 
 def _class_medians(rows: list[dict]) -> dict[str, float]:
     """Per kernel class, the median over the steps of its union (0 in a step without it)."""
-    names = {name for r in rows for name in r["by_class_us"]}
+    names = sorted({name for r in rows for name in r["by_class_us"]})  # not a set's order
     return {n: statistics.median(r["by_class_us"].get(n, 0.0) for r in rows) for n in names}
 
 

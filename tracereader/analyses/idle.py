@@ -182,10 +182,7 @@ DRAINS = 0.05
 def host_work(step) -> float:
     """The host's own work in a step: its span less the time its calls blocked it on the GPU
     (syncs.py): a host throttled by a GPU that lags is not slow itself."""
-    copies = {id(i.call): i for i in step.gpu if i.kind == "memcpy" and i.call is not None}
-    sync_calls = syncs.SYNC_CALLS
-    maybe = [c for c in step.runtime if c.name in sync_calls or id(c) in copies]  # the rest launch
-    blocked = sum(c.dur for c in maybe if syncs.blocks(c, copies))
+    blocked = sum(call.dur for call, _ in syncs.blocking(step))
     return max(step.dur - blocked, 0.0)
 
 

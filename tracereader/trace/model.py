@@ -408,29 +408,38 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
     stack: list[CpuOp] = []
     stack_end: list[float] = []  # clamped to the parent's end, so ends only shrink upward
     current = -2  # the step whose ops the stack holds
+    n_ops, n_calls = len(ops), len(calls)
+    # Events come in time order, so most fall in the step of the one before: `same` says when
+    # step_of would answer `known` again (ts in [lo, hi), up to the step's end) without asking.
+    known, lo, hi, end = -1, 0.0, -1.0, -1.0
     i = j = 0
-    while i < len(ops) or j < len(calls):
+    while i < n_ops or j < n_calls:
         # An op starting at the call's ts holds it, so ops go first on ties.
-        if j >= len(calls) or (i < len(ops) and ops[i].ts <= calls[j].ts):
+        if j >= n_calls or (i < n_ops and ops[i].ts <= calls[j].ts):
             op = ops[i]
             i += 1
-            s = step_of(op.ts)
+            ts = op.ts
+            if lo <= ts < hi and ts <= end:
+                s = known
+            else:
+                s = known = step_of(ts)
+                lo, hi, end = _span(steps, s)
             if s != current:
                 stack.clear()
                 stack_end.clear()
                 current = s
             if s < 0:
                 continue  # outside every step: not needed
-            while stack and op.ts >= stack_end[-1]:
+            while stack and ts >= stack_end[-1]:
                 stack.pop()
                 stack_end.pop()
             op.depth = len(stack)
             if stack:
                 op.parent = parent = stack[-1]
                 parent.inner += op.dur
-                stack_end.append(min(op.ts + op.dur, stack_end[-1]))
+                stack_end.append(min(ts + op.dur, stack_end[-1]))
             else:
-                stack_end.append(op.ts + op.dur)
+                stack_end.append(ts + op.dur)
             stack.append(op)
             step = steps[s]
             if step_thread[s] == thread:
@@ -441,17 +450,31 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
         else:
             call = calls[j]
             j += 1
-            s = step_of(call.ts)
+            ts = call.ts
+            if lo <= ts < hi and ts <= end:
+                s = known
+            else:
+                s = known = step_of(ts)
+                lo, hi, end = _span(steps, s)
             if s < 0:
                 outside.append(call)
                 continue
             call.step = steps[s]
             steps[s].runtime.append(call)
             if s == current:
-                while stack and stack_end[-1] < call.ts:
+                while stack and stack_end[-1] < ts:
                     stack.pop()
                     stack_end.pop()
                 call.launcher = stack[-1] if stack else None
+
+
+def _span(steps, s: int) -> tuple[float, float, float]:
+    """Where step_of answers step s for sure: ts from s's start up to the next step's start
+    (bisect's bound), and no later than s's end; an empty span for -1 (always asked again)."""
+    if s < 0:
+        return 0.0, -1.0, -1.0
+    nxt = steps[s + 1].ts if s + 1 < len(steps) else float("inf")
+    return steps[s].ts, nxt, steps[s].ts + steps[s].dur
 
 
 def _nest_modules(modules, calls, steps, step_of, module_of_call) -> list[Module]:
