@@ -163,23 +163,15 @@ class Module:
 class Step:
     """One unit of time (not a dataclass: see kernel_classes.KernelClass)."""
 
-    def __init__(
-        self,
-        name: str,
-        ts: float,
-        dur: float,
-        cpu_ops: list[CpuOp],
-        runtime: list[RuntimeCall],
-        gpu: list[GpuItem],
-        other_ops: list[CpuOp] | None = None,
-    ):
+    def __init__(self, name: str, ts: float, dur: float, cpu_ops, runtime, gpu, other_ops=None):
         self.name = name
         self.ts = ts
         self.dur = dur
-        self.cpu_ops = cpu_ops  # of the step's thread, in start order, with depth
-        self.runtime = runtime  # of every thread, in start order
-        self.gpu = gpu  # in launch order
-        self.other_ops = [] if other_ops is None else other_ops  # of other threads, in order
+        self.cpu_ops: list[CpuOp] = cpu_ops  # of the step's thread, in start order, with depth
+        self.runtime: list[RuntimeCall] = runtime  # of every thread, in start order
+        self.gpu: list[GpuItem] = gpu  # in launch order
+        # of other threads, in start order
+        self.other_ops: list[CpuOp] = [] if other_ops is None else other_ops
 
     def __repr__(self) -> str:
         return f"Step(name={self.name!r}, ts={self.ts!r}, dur={self.dur!r}, gpu={len(self.gpu)})"
@@ -315,15 +307,8 @@ def build(
         unit = "window"
     steps_raw.sort(key=lambda s: s[0])
     steps = [Step(name, ts, dur, [], [], []) for ts, dur, name, _ in steps_raw]
-    starts = [s.ts for s in steps]
-    ends = [s.ts + s.dur for s in steps]
     step_thread = [thread for *_, thread in steps_raw]
-
-    def step_of(ts: float) -> int:
-        """The step whose span holds ts (its start and end included), or -1."""
-        i = bisect_right(starts, ts) - 1
-        return i if i >= 0 and ts <= ends[i] else -1
-
+    step_of, spans = _lookup(steps)
     has_runtime = any(calls.values())
     outside: list[RuntimeCall] = []
     for thread in ops.keys() | calls.keys():
@@ -331,7 +316,7 @@ def build(
         thread_ops.sort(key=lambda op: (op.ts, -op.dur))  # parents before the children they hold
         thread_calls = calls.get(thread, [])
         thread_calls.sort(key=lambda c: c.ts)
-        _sweep(thread_ops, thread_calls, steps, step_of, step_thread, thread, outside)
+        _sweep(thread_ops, thread_calls, steps, step_of, spans, step_thread, thread, outside)
     kept_modules: list[Module] = []
     module_of_call: dict[RuntimeCall, Module | None] = {}
     for thread, thread_modules in (modules or {}).items():
@@ -402,28 +387,43 @@ def _window(ops, calls, items) -> list[tuple]:
     return [(start, max(ends) - start, WINDOW, busiest)]
 
 
-def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
+def _lookup(steps: list[Step]):
+    """step_of(ts): the step whose span holds ts (its start and end included), or -1; and
+    where it answers each step: from its start to the next one's, up to its own end (the last
+    entry, an empty span, is -1's: outside every step, always asked again)."""
+    starts = [s.ts for s in steps]
+    ends = [s.ts + s.dur for s in steps]
+
+    def step_of(ts: float) -> int:
+        i = bisect_right(starts, ts) - 1
+        return i if i >= 0 and ts <= ends[i] else -1
+
+    spans = [(a, b, e) for a, b, e in zip(starts, [*starts[1:], float("inf")], ends, strict=True)]
+    return step_of, [*spans, (0.0, -1.0, -1.0)]
+
+
+def _sweep(ops, calls, steps, step_of, spans, step_thread, thread, outside) -> None:
     """One pass over a thread's ops and runtime calls in time order: nest the ops of each step
     (a stack of open ops), and give each call the innermost op open when it was made."""
     stack: list[CpuOp] = []
     stack_end: list[float] = []  # clamped to the parent's end, so ends only shrink upward
     current = -2  # the step whose ops the stack holds
     n_ops, n_calls = len(ops), len(calls)
-    # Events come in time order, so most fall in the step of the one before: `same` says when
-    # step_of would answer `known` again (ts in [lo, hi), up to the step's end) without asking.
+    # Events come in time order, so most fall in the step of the one before: step_of answers
+    # `known` again for ts in [lo, hi) up to `end`, without being asked.
     known, lo, hi, end = -1, 0.0, -1.0, -1.0
     i = j = 0
     while i < n_ops or j < n_calls:
         # An op starting at the call's ts holds it, so ops go first on ties.
-        if j >= n_calls or (i < n_ops and ops[i].ts <= calls[j].ts):
+        is_op = j >= n_calls or (i < n_ops and ops[i].ts <= calls[j].ts)
+        ts = ops[i].ts if is_op else calls[j].ts
+        if not (lo <= ts < hi and ts <= end):
+            known = step_of(ts)
+            lo, hi, end = spans[known]
+        s = known
+        if is_op:
             op = ops[i]
             i += 1
-            ts = op.ts
-            if lo <= ts < hi and ts <= end:
-                s = known
-            else:
-                s = known = step_of(ts)
-                lo, hi, end = _span(steps, s)
             if s != current:
                 stack.clear()
                 stack_end.clear()
@@ -450,12 +450,6 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
         else:
             call = calls[j]
             j += 1
-            ts = call.ts
-            if lo <= ts < hi and ts <= end:
-                s = known
-            else:
-                s = known = step_of(ts)
-                lo, hi, end = _span(steps, s)
             if s < 0:
                 outside.append(call)
                 continue
@@ -466,15 +460,6 @@ def _sweep(ops, calls, steps, step_of, step_thread, thread, outside) -> None:
                     stack.pop()
                     stack_end.pop()
                 call.launcher = stack[-1] if stack else None
-
-
-def _span(steps, s: int) -> tuple[float, float, float]:
-    """Where step_of answers step s for sure: ts from s's start up to the next step's start
-    (bisect's bound), and no later than s's end; an empty span for -1 (always asked again)."""
-    if s < 0:
-        return 0.0, -1.0, -1.0
-    nxt = steps[s + 1].ts if s + 1 < len(steps) else float("inf")
-    return steps[s].ts, nxt, steps[s].ts + steps[s].dur
 
 
 def _nest_modules(modules, calls, steps, step_of, module_of_call) -> list[Module]:
