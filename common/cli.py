@@ -12,6 +12,7 @@ import os
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -72,10 +73,16 @@ BENCH_HELP = (
 )
 
 
+# --help's width in columns, whatever the terminal: the help common/early.py serves before torch
+# loads is a snapshot of it (common/lesson_help.json), byte for byte.
+HELP_WIDTH = 100
+
+
 def make_parser(doc: str | None, *, prog: str, bench_help: str = BENCH_HELP) -> Parser:
     """A parser with the flags every script shares; the script adds its own shape flags
     (and says what its --bench times, where that is not a forward)."""
     parser = Parser(prog=prog, description=doc)
+    parser.formatter_class = partial(parser.formatter_class, width=HELP_WIDTH)
     add_device_flags(parser)
     parser.add_argument(
         "--compile",

@@ -16,6 +16,9 @@ lesson's main, which puts back what was replaced: from then on a signal unwinds 
 what it was writing is removed on the way out.
 
 Under torchrun every rank gets the signal; rank 0 alone says so (the runner's rule).
+
+Before that, it answers what needs no torch at all: the lesson's --help, and its refusal on a
+machine without a GPU, from the committed snapshot where it is current (common/early.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import threading
 from contextlib import suppress
 from pathlib import Path
 
+from common import early
 from tracereader import Stopped, failure
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: the lessons are at its root
@@ -92,4 +96,12 @@ def hand_over() -> None:
         signal.signal(sig, before)
 
 
-guard()
+def answer_early() -> None:
+    """In a lesson run as a script (not under torchrun), end the process here with its --help
+    or its refusal, where the snapshot holds them (common/early.py); else return."""
+    if running_a_lesson() and not os.environ.get(TORCHRUN_ENV):
+        early.serve(Path(sys.modules["__main__"].__file__).name, sys.argv[1:])
+
+
+guard()  # first: a Ctrl-C while the snapshot is read is one line too
+answer_early()
