@@ -45,8 +45,15 @@ def steps_file(path: Path, durations_us: list[float], copy_us: float = 0, dims=B
 def verdict(tmp_path: Path, a: list[float], b: list[float], capsys) -> str:
     pa, pb = steps_file(tmp_path / "a.json", a), steps_file(tmp_path / "b.json", b)
     assert main([str(pa), str(pb)]) == 0
-    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("verdict: ")]
-    return line.removeprefix("verdict: ")
+    return verdict_of(capsys.readouterr().out)
+
+
+def verdict_of(out: str) -> str:
+    """The verdict as one line: compare wraps it at 100 columns, its continuations indented."""
+    lines = out.splitlines()
+    (at,) = [i for i, x in enumerate(lines) if x.startswith("verdict: ")]
+    end = next((i for i in range(at + 1, len(lines)) if not lines[i].startswith("    ")), None)
+    return " ".join(x.strip() for x in lines[at:end]).removeprefix("verdict: ")
 
 
 def test_two_outlier_steps_of_three_are_no_verdict(tmp_path, capsys):
@@ -99,7 +106,7 @@ def test_the_same_op_on_the_same_inputs_far_apart_is_the_machine_not_the_code(tm
     a = steps_file(tmp_path / "a.json", [15900, 15600, 18000], copy_us=7000)
     b = steps_file(tmp_path / "b.json", [250, 240, 260], copy_us=24)
     assert main([str(a), str(b)]) == 0
-    said = capsys.readouterr().out.split("verdict: ", 1)[1]
+    said = verdict_of(capsys.readouterr().out)
     assert said.startswith(
         "B is not measurably different: the same aten::copy_ on the same inputs took 7000.0 us "
         "a call in A and 24.0 us in B (292x): the machine was busy during"
@@ -111,7 +118,7 @@ def test_an_op_on_other_inputs_may_change_by_any_factor(tmp_path, capsys):
     a = steps_file(tmp_path / "a.json", [15900, 15600, 16000], copy_us=7000, dims=[[9999, 64]])
     b = steps_file(tmp_path / "b.json", [250, 240, 260], copy_us=24)
     assert main([str(a), str(b)]) == 0
-    assert capsys.readouterr().out.split("verdict: ", 1)[1].startswith("B is faster")
+    assert verdict_of(capsys.readouterr().out).startswith("B is faster")
 
 
 def test_a_copy_slower_than_any_cpu_copies_says_the_machine_was_busy(tmp_path, capsys):
@@ -121,7 +128,7 @@ def test_a_copy_slower_than_any_cpu_copies_says_the_machine_was_busy(tmp_path, c
     a = steps_file(tmp_path / "a.json", [31900, 31600, 35900], copy_us=15400)
     b = steps_file(tmp_path / "b.json", [19800, 18200, 21400], copy_us=15000)
     assert main([str(a), str(b)]) == 0
-    said = capsys.readouterr().out.split("verdict: ", 1)[1]
+    said = verdict_of(capsys.readouterr().out)
     assert said.startswith(
         "B is not measurably different: A's and B's aten::copy_ moved 262 kB in 15.4 ms a call "
         "(17 MB/s, where a CPU copies GB/s): the machine was busy"

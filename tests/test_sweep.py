@@ -360,3 +360,36 @@ def test_a_sweep_row_on_the_cpu_is_the_median_of_its_repeats(tmp_path, capsys):
     out = capsys.readouterr().out
     noisy = [r for r in rows if r["noisy"] == "True"]
     assert ("NOISY: " in out) == bool(noisy)
+
+
+def test_the_plot_rings_a_noisy_rows_time_and_says_why():
+    """The table marks a noisy row; the plot, read on its own, must too (issue 43): its time
+    ringed in a hollow marker, with a legend entry saying what the ring means."""
+    import matplotlib.pyplot as plt
+
+    from common.measuring import sweep_report
+
+    rows = [
+        sweep_row("eager", queued_us=100.0),
+        sweep_row("eager", batch=16, queued_us=4500.0, noisy=True),
+        sweep_row("compile", queued_us=90.0),
+        sweep_row("compile", batch=16, queued_us=95.0),
+    ]
+    fig = sweep_report.figure(rows)
+    try:
+        ax_time = fig.axes[0]
+        (ring,) = [x for x in ax_time.get_lines() if x.get_label() == sweep_report.NOISY_LABEL]
+        assert ring.get_markerfacecolor() == "none" and ring.get_linestyle() == "None"
+        assert list(ring.get_xdata()) == ["16x128"] and list(ring.get_ydata()) == [4500.0]
+        legend = [t.get_text() for t in ax_time.get_legend().get_texts()]
+        assert legend == ["eager", "compile", sweep_report.NOISY_LABEL]
+        others = [x for x in ax_time.get_lines() if x is not ring]
+        assert all(x.get_markerfacecolor() != "none" for x in others)  # the rest filled
+    finally:
+        plt.close(fig)
+    quiet = sweep_report.figure([r for r in rows if not r.noisy])
+    try:  # nothing noisy: no ring, no legend entry for one
+        labels = [t.get_text() for t in quiet.axes[0].get_legend().get_texts()]
+        assert sweep_report.NOISY_LABEL not in labels
+    finally:
+        plt.close(quiet)

@@ -150,7 +150,8 @@ class Row:
 
 # Each row's queued time is the median of REPEATS timings, each itself a median: one burst of
 # load on a shared CPU set two rows of 100 us to 45 ms, and with them the table and the plot.
-# Repeats whose 80th percentile is over NOISY times their 20th mark the row as noisy.
+# Repeats whose 80th percentile is over NOISY times their 20th mark the row as noisy: NOISY in the
+# table (mark_noisy), its point ringed in the plot (sweep_report.figure).
 REPEATS = 5
 NOISY = 1.5
 

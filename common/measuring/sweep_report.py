@@ -156,7 +156,20 @@ def table(rows, *, limit: int, device: str, stopped: tuple[int, int] | None = No
     return "\n".join(lines)
 
 
+NOISY_LABEL = "noisy: repeats disagree (machine busy)"
+
+
 def _plot(rows, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(rows)
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+
+
+def figure(rows):
+    """The sweep's plot: time per call, compile time and (on a GPU) host time per shape, one
+    line per variant; a noisy row's time (its repeats disagreed: a busy machine) ringed."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display needed
@@ -167,10 +180,7 @@ def _plot(rows, path: Path) -> None:
     ax_time, ax_compile = axes[0], axes[1]
     for variant in dict.fromkeys(r.variant for r in rows):
         mine = [r for r in rows if r.variant == variant]
-        labels = [
-            f"{r.batch}x{r.seq}" + ("" if r.hidden == mine[0].hidden else f"\nh{r.hidden}")
-            for r in mine
-        ]
+        labels = [_x(r, rows) for r in mine]
         line = ax_time.plot(labels, [r.queued_us for r in mine], marker="o", label=variant)[0]
         if on_gpu:
             ax_time.plot(labels, [r.gpu_us for r in mine], linestyle=":", color=line.get_color())
@@ -179,6 +189,20 @@ def _plot(rows, path: Path) -> None:
         for i, r in enumerate(mine):
             if r.ran_compiled is False:
                 ax_time.annotate("eager!", (i, r.queued_us), color="red")
+    # a noisy row's point ringed, not dropped: its median still stands, but one burst of load
+    # set two rows of 100 us to 45 ms before (issue 43), and a line's jump reads as the code's
+    noisy = [r for r in rows if r.noisy]
+    if noisy:
+        ax_time.plot(
+            [_x(r, rows) for r in noisy],
+            [r.queued_us for r in noisy],
+            linestyle="none",
+            marker="o",
+            markersize=12,
+            markerfacecolor="none",
+            markeredgecolor="red",
+            label=NOISY_LABEL,
+        )
     ax_time.set(
         title="forward per call, queued (solid); GPU kernels (dotted)",
         ylabel="us",
@@ -191,8 +215,14 @@ def _plot(rows, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def _x(row, rows) -> str:
+    """A row's place on the x axis: its shape, and its hidden size where its variant's first
+    row has another (the --hidden-change row)."""
+    first = next(r for r in rows if r.variant == row.variant)
+    return f"{row.batch}x{row.seq}" + ("" if row.hidden == first.hidden else f"\nh{row.hidden}")
 
 
 def write(folder: Path, tag: str, rows, table_text: str) -> list[Path]:

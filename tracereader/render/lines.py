@@ -8,13 +8,8 @@ from __future__ import annotations
 
 import textwrap
 
-WIDTH = 100  # explain's text, every line of it
-WIDE = 160  # compare's text (render/compare.py): two traces' names side by side
+WIDTH = 100  # explain's and compare's text, every line of it
 HANG = 4  # a continuation line's indent past its item's own
-
-
-def fit(lines: list[str], width: int = WIDE) -> str:
-    return "\n".join(wrap(lines, width))
 
 
 def wrap(lines: list[str], width: int = WIDTH) -> list[str]:
@@ -52,3 +47,29 @@ def header(head: str, about: str, width: int = WIDTH) -> list[str]:
     if len(line) <= width:
         return [line]
     return [*wrap([head], width), *wrap([f"{' ' * HANG}({about})"], width)]
+
+
+_KEEP = "\ue000"  # stands for a space inside an item: textwrap breaks at none (a private-use code)
+
+
+def wrap_items(head: str, items: list[str], sep: str = ", ", width: int = WIDTH) -> list[str]:
+    """`head` then the items joined by `sep`, wrapped as `wrap` wraps a line, except that an
+    item short enough for a line of its own is never broken (a kernel's name holds spaces:
+    `void f<float, int>(...)` read across two lines reads as two names)."""
+    # the room of a continuation line, less the mark (a comma) that follows its item there
+    room = width - (len(head) - len(head.lstrip(" "))) - HANG - len(sep.rstrip())
+    kept = [item.replace(" ", _KEEP) if len(item) <= room else item for item in items]
+    return [line.replace(_KEEP, " ") for line in wrap([head + sep.join(kept)], width)]
+
+
+def clauses(text: str) -> list[str]:
+    """`text` split after each ", " or "; " outside parentheses, each clause keeping its mark:
+    a sentence of figures (compare's verdict) wraps between what it says, not inside a
+    figure's "(0.70x; per step ...)"."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and ch in ",;" and text[i + 1 : i + 2] == " ":
+            out.append(text[start : i + 1])
+            start = i + 2
+    return [*out, text[start:]] if text[start:] else out

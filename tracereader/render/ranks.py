@@ -3,7 +3,7 @@ and of two runs side by side (compare's): formats, computes nothing."""
 
 from __future__ import annotations
 
-from tracereader.render.lines import fit, header, wrap
+from tracereader.render.lines import header, wrap
 from tracereader.units import bytes_text, cell
 
 
@@ -142,4 +142,4 @@ def compare_text(result: dict) -> str:
     lines.append(f"  {'bus bandwidth (GB/s)':<38} {bus_a:>10} {bus_b:>10}")
     if a["rank0"] and b["rank0"]:
         lines.append(f"kernel by kernel, rank 0: uv run compare {a['rank0']} {b['rank0']}")
-    return fit(lines)  # compare's width
+    return "\n".join(wrap(lines))
