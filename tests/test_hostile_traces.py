@@ -304,10 +304,14 @@ def test_ctrl_c_in_explain_is_exit_130_and_one_line(tmp_path):
 # --- 1. ops nested thousands deep -----------------------------------------------------------
 
 
-def nested_ops(path: Path, depth: int) -> Path:
+def nested_ops(path: Path, depth: int, kernel_each: bool = False) -> Path:
     """One step holding `depth` ops, each inside the one before it, and a kernel the innermost
     launched: a recursion traced op by op (aten::linear: the backward's recomputation is
-    looked for above each of them too)."""
+    looked for above each of them too). With `kernel_each`, every op launches a kernel of its
+    own (a launch just after it starts, before the next op does): every rule that reads a
+    kernel's launcher and what is above or below it meets the whole depth."""
+    if kernel_each:
+        return _nested_launching(path, depth)
     found = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0,
          "dur": 10 * depth + 1000, "pid": 1, "tid": 1},
@@ -325,6 +329,36 @@ def nested_ops(path: Path, depth: int) -> Path:
     return path
 
 
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>()"
+LAUNCHING = ("aten::linear", "aten::add", "aten::clone")  # round and round, all the way down
+
+
+def _nested_launching(path: Path, depth: int) -> Path:
+    """Op i opens at 4i + 1 and launches at 4i + 2 (op i + 1 opens at 4i + 5); its GPU work
+    runs at 4i + 10 for 3 us, one item after another on one stream: an elementwise kernel (a
+    clone's: a copy), all under a backward node, so that the recompute, unfused-chain, clone
+    and library rules each ask about every launcher."""
+    found = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0,
+         "dur": 40 * depth + 1000, "pid": 1, "tid": 1},
+    ]  # fmt: skip
+    for i in range(depth):
+        name = "autograd::engine::evaluate_function: AddBackward0" if i == 0 else LAUNCHING[i % 3]
+        copy = name == "aten::clone"
+        found += [
+            {"ph": "X", "cat": "cpu_op", "name": name, "ts": 4 * i + 1, "dur": 40 * depth - 8 * i,
+             "pid": 1, "tid": 1, "args": {"Input Dims": [[64, 64]], "Input type": ["float"]}},
+            {"ph": "X", "cat": "cuda_runtime", "ts": 4 * i + 2, "dur": 2, "pid": 1, "tid": 1,
+             "name": "cudaMemcpyAsync" if copy else "cudaLaunchKernel",
+             "args": {"correlation": i + 1}},
+            {"ph": "X", "cat": "gpu_memcpy" if copy else "kernel", "ts": 4 * i + 10, "dur": 3,
+             "name": "Memcpy DtoD (Device -> Device)" if copy else ADD, "pid": 0, "tid": 7,
+             "args": {"stream": 7, "device": 0, "correlation": i + 1, "bytes": 16384}},
+        ]  # fmt: skip
+    path.write_text(json.dumps({"traceEvents": found}))
+    return path
+
+
 @pytest.mark.parametrize("flags", [[], ["--json"], ["--ops", "--all-steps"]], ids=" ".join)
 def test_ops_nested_thirty_thousand_deep_are_read(flags, tmp_path, capsys):
     """Each op's phase (and any backward node above it) was found by walking all its
@@ -337,6 +371,21 @@ def test_ops_nested_thirty_thousand_deep_are_read(flags, tmp_path, capsys):
         assert json.loads(out)["traces"][0]["steps"]
     else:
         assert "aten::linear" in out and "1 recorded steps" in out
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"], ["--ops", "--all-steps"]], ids=" ".join)
+def test_ops_nested_thirty_thousand_deep_each_launching_are_read(flags, tmp_path, capsys):
+    """Every op of the nest launches: the rules that ask what is around a launcher (the
+    backward node, the recomputed forward op, an optimizer, a clone, an item()) or under an
+    op (a library's own work) walked the nest once per op, quadratic (about 30 s at 8,000
+    deep, a quarter of an hour at this depth); now each op is walked once per question."""
+    path = nested_ops(tmp_path / "deep.json", 30_000, kernel_each=True)
+    code, out, err = outcome(explain.main, [str(path), *flags], capsys)
+    assert code == 0 and err == "", err
+    if flags == ["--json"]:
+        assert json.loads(out)["traces"][0]["steps"]
+    else:
+        assert "aten::clone" in out and "1 recorded steps" in out
 
 
 def test_a_cpu_only_checkpointed_step_is_read(tmp_path, capsys):

@@ -22,8 +22,9 @@ import statistics
 
 from tracereader.analyses import breakdown
 from tracereader.analyses.breakdown import is_comm
+from tracereader.analyses.nesting import innermost
 from tracereader.trace import intervals
-from tracereader.trace.model import ELEMENT_BYTES, GpuItem, Step, Trace, ancestors, per_step
+from tracereader.trace.model import ELEMENT_BYTES, CpuOp, GpuItem, Step, Trace, per_step
 
 # kind -> (pattern over torch's collective name or the kernel's name, bus factor of N)
 KINDS = (
@@ -51,10 +52,35 @@ def kind(item: GpuItem) -> str:
     found = _record(item).get("Collective name")
     if found:
         return kind_of(found)
-    for op in ancestors(item.launcher):
-        if ISSUING_OP.match(op.name) and kind_of(op.name) != "other":
-            return kind_of(op.name)
-    return kind_of(item.name)
+    op = _up(item, 0)
+    return kind_of(op.name if op is not None else item.name)
+
+
+def _issues(op: CpuOp) -> bool:
+    return bool(ISSUING_OP.match(op.name)) and kind_of(op.name) != "other"
+
+
+def _records(op: CpuOp) -> bool:
+    return "Collective name" in op.args
+
+
+def _has_input(op: CpuOp) -> bool:
+    return largest_input(op) is not None
+
+
+@per_step
+def _around(s: Step) -> tuple:
+    """For the ops of one step, the innermost op around an op (itself included) that issues
+    a collective of a known kind, that records one, that recorded an input: asked of every
+    collective kernel, so each kept (nesting) rather than walked up the nest per kernel."""
+    return innermost(_issues), innermost(_records), innermost(_has_input)
+
+
+def _up(item: GpuItem, which: int) -> CpuOp | None:
+    """_around's `which`th answer for the op that launched `item` (None: none launched it)."""
+    if item.launcher is None or item.call is None or item.call.step is None:
+        return None
+    return _around(item.call.step)[which](item.launcher)
 
 
 def kind_of(text: str) -> str:
@@ -78,10 +104,8 @@ def _record(item: GpuItem):
     else those of the record_param_comms op that issued it."""
     if "Collective name" in item.args or "In msg nelems" in item.args:
         return item.args
-    for op in ancestors(item.launcher):
-        if "Collective name" in op.args:
-            return op.args
-    return {}
+    op = _up(item, 1)
+    return op.args if op is not None else {}
 
 
 def message(item: GpuItem) -> tuple[int | None, str]:
@@ -93,10 +117,9 @@ def message(item: GpuItem) -> tuple[int | None, str]:
     if size and counts:
         n = max(counts)
         return n * size, f"{rec['dtype']} x{n}"
-    for op in ancestors(item.launcher):  # older traces: the issuing op's recorded inputs
-        found = largest_input(op)
-        if found is not None:
-            return found
+    op = _up(item, 2)  # older traces: the issuing op's recorded inputs
+    if op is not None:
+        return largest_input(op)
     return None, ""
 
 

@@ -27,11 +27,12 @@ from collections import Counter
 
 from tracereader.analyses import gemms
 from tracereader.analyses.casts import cast
+from tracereader.analyses.nesting import along, innermost
 from tracereader.names.devices import datasheet
 from tracereader.names.kernel_names import CUDA_CORES
 from tracereader.trace import intervals
 from tracereader.trace.load import CAST_OPS
-from tracereader.trace.model import Step, Trace, ancestors
+from tracereader.trace.model import CpuOp, Step, Trace
 
 TF32_OVER_FP32 = 494.7 / 66.9  # Hopper SXM's datasheet, where the device's is not known
 MATMUL_OPS = frozenset(
@@ -141,12 +142,17 @@ def _is_chain(run: list) -> bool:
     return len(plain) >= CHAIN and len(names) >= 2 and len(sizes) <= 2
 
 
-def _chains(s: Step) -> list[list]:
+def _chains(s: Step, optimizer) -> list[list]:
+    """`optimizer`: the innermost optimizer region around an op (_in_optimizer)."""
     out, run = [], []
     for item in s.gpu:  # launch order
         if item.kind == "memset":
             continue
-        if item.kind == "kernel" and item.klass.cls in CHAIN_CLASSES and not _optimizer(item):
+        if (
+            item.kind == "kernel"
+            and item.klass.cls in CHAIN_CLASSES
+            and optimizer(item.launcher) is None
+        ):
             if run and _size(item) not in (None, _size(run[-1])) and len(run) < CHAIN:
                 run = []  # another tensor's work: a run starts again
             run.append(item)
@@ -159,15 +165,16 @@ def _chains(s: Step) -> list[list]:
     return out
 
 
-def _optimizer(item) -> bool:
-    return any(OPTIMIZER.search(op.name) for op in ancestors(item.launcher))
+def _in_optimizer(op: CpuOp) -> bool:
+    return OPTIMIZER.search(op.name) is not None
 
 
 def unfused(trace: Trace) -> dict | None:
     rows, kernels, by = [], [], Counter()
+    optimizer = innermost(_in_optimizer)  # one for the trace: each op is walked once
     for s in trace.steps:
         saved = count = 0.0
-        for run in _chains(s):
+        for run in _chains(s, optimizer):
             top = max(i.dur for i in run)
             full = [i.dur for i in run if i.dur >= 0.25 * top]
             saved += sum(i.dur for i in run) - statistics.median(full)
@@ -183,36 +190,35 @@ def unfused(trace: Trace) -> dict | None:
             "kernels": _median(kernels), "ops": [n for n, _ in by.most_common(4)]}  # fmt: skip
 
 
-def _recomputed(item) -> str | None:
-    """The forward op that launched `item` again inside a backward node, or None."""
-    found = None
-    for op in ancestors(item.launcher):
-        if "Backward" in op.name or op.name.startswith("autograd::engine"):
-            return found
-        if op.name in FORWARD_ONLY:
-            found = op.name
-    return None
+def _recomputed(above: tuple[bool, str | None] | None, op: CpuOp) -> tuple[bool, str | None]:
+    """A fold (nesting.along): whether a backward node holds `op`, and the outermost forward
+    op between the innermost such node and `op` (the one that launched its work again)."""
+    if "Backward" in op.name or op.name.startswith("autograd::engine"):
+        return True, None
+    held, found = above or (False, None)
+    if found is None and op.name in FORWARD_ONLY:
+        found = op.name
+    return held, found
 
 
-def _node(item):
-    """The backward node (autograd's evaluate_function op) `item` was launched under, or None."""
-    for op in ancestors(item.launcher):
-        if op.name.startswith("autograd::engine::evaluate_function"):
-            return op
-    return None
+def _is_node(op: CpuOp) -> bool:
+    """A backward node: autograd's evaluate_function op."""
+    return op.name.startswith("autograd::engine::evaluate_function")
 
 
-def _recompute_items(s: Step, by: Counter) -> list:
+def _recompute_items(s: Step, by: Counter, node_of, again) -> list:
     """Per backward node, the GPU work launched from its first recomputed forward op to its
-    last (the forward replayed: its elementwise ops too)."""
+    last (the forward replayed: its elementwise ops too). `node_of` and `again` answer
+    _is_node and _recomputed for a launcher (one each for the trace)."""
     spans: dict[int, list[float]] = {}
     nodes: dict[int, list] = {}
     for i in s.gpu:
-        node = _node(i) if i.launcher is not None and i.call is not None else None
+        node = node_of(i.launcher) if i.launcher is not None and i.call is not None else None
         if node is None:
             continue
         nodes.setdefault(id(node), []).append(i)
-        name = _recomputed(i)
+        held, name = again(i.launcher)
+        name = name if held else None
         if name:
             span = spans.setdefault(id(node), [i.call.ts, i.call.ts])
             span[0], span[1] = min(span[0], i.call.ts), max(span[1], i.call.ts)
@@ -222,25 +228,33 @@ def _recompute_items(s: Step, by: Counter) -> list:
 
 def recompute(trace: Trace) -> dict | None:
     rows, by = [], Counter()
+    node_of, again = innermost(_is_node), along(_recomputed)
     for s in trace.steps:
-        rows.append(intervals.length(intervals.of(_recompute_items(s, by))))
+        rows.append(intervals.length(intervals.of(_recompute_items(s, by, node_of, again))))
     saved = _median(rows)
     if not saved:
         return None
     return {"cause": "recompute", "culprit": _top(by), "gpu_us": saved}
 
 
-def _a_cast(item) -> str | None:
+def _casts_around(above: tuple[bool, CpuOp | None] | None, op: CpuOp):
+    """A fold (nesting.along): whether ToCopyBackward0 holds `op` (or is it), and the
+    outermost cast op around it (itself included)."""
+    back, outer = above or (False, None)
+    if outer is None and op.name in CAST_OPS:
+        outer = op
+    return back or op.name == "ToCopyBackward0", outer
+
+
+def _a_cast(item, around) -> str | None:
     """The cast op behind `item` where it is autocast's: an fp32 tensor of 2+ dimensions cast
-    to 16 bits, or a cast inside ToCopyBackward0 (the gradient cast back)."""
-    chain = ancestors(item.launcher)
-    if any(op.name == "ToCopyBackward0" for op in chain):
-        outer = [op for op in chain if op.name in CAST_OPS]
-        return outer[-1].name if outer else "ToCopyBackward0"
-    casts = [op for op in chain if op.name in CAST_OPS]
-    if not casts:
+    to 16 bits, or a cast inside ToCopyBackward0 (the gradient cast back). `around` answers
+    _casts_around for its launcher."""
+    back, outer = around(item.launcher)
+    if back:
+        return outer.name if outer is not None else "ToCopyBackward0"
+    if outer is None:
         return None
-    outer = casts[-1]
     source, target, _ = cast(outer)
     dims = outer.args.get("Input Dims") or ()
     if source == "fp32" and target in ("bf16", "fp16") and dims and len(dims[0]) >= 2:
@@ -250,10 +264,11 @@ def _a_cast(item) -> str | None:
 
 def casts(trace: Trace) -> dict | None:
     rows, by = [], Counter()
+    around = along(_casts_around)
     for s in trace.steps:
         items = []
         for i in s.gpu:
-            name = _a_cast(i) if i.launcher is not None else None
+            name = _a_cast(i, around) if i.launcher is not None else None
             if name:
                 items.append(i)
                 by[name] += i.dur

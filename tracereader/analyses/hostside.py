@@ -34,8 +34,9 @@ from collections import Counter
 
 from tracereader.analyses import syncs
 from tracereader.analyses.gpuside import FORWARD_ONLY
+from tracereader.analyses.nesting import along
 from tracereader.trace import intervals
-from tracereader.trace.model import CpuOp, Step, Trace, ancestors, per_step
+from tracereader.trace.model import CpuOp, Step, Trace, per_step
 
 ORDER = ("compilation", "data loader", "optimizer", "syncs", "recompute", "autograd thread",
          "user code", "dispatch", "Python between ops", "other")  # fmt: skip
@@ -77,9 +78,8 @@ def _says(pattern: re.Pattern, name: str) -> bool:
 
 
 def _blocking(s: Step) -> list:
-    """The step's runtime calls that blocked its host, with what blocked it."""
-    copies = {id(i.call): i for i in s.gpu if i.kind == "memcpy" and i.call is not None}
-    return [c for c in s.runtime if syncs._reason(c, copies) is not None]
+    """The step's runtime calls that blocked its host (syncs.blocking says why)."""
+    return [call for call, _ in syncs.blocking(s)]
 
 
 def sync_culprit(call) -> str:
@@ -173,14 +173,16 @@ def _within(ops: list[CpuOp], parts: list) -> list[float]:
     return out
 
 
-def _outer_op(op: CpuOp, trace: Trace) -> bool:
-    """An op (not a region) with no op above it: regions may hold it."""
-    parent = op.parent
-    while parent is not None:
-        if not is_region(parent, trace):
-            return False
-        parent = parent.parent
-    return True
+def _regions(trace: Trace):
+    """Per op (nesting.along): whether it and all the ops around it are regions, and the
+    outermost op around it (itself included): an op with only regions above it is one the
+    loop called, counted under the outermost region."""
+    return along(
+        lambda above, op: (
+            is_region(op, trace) and (above is None or above[0]),
+            op if above is None else above[1],
+        )
+    )
 
 
 def _named(parts: list, ops, pattern) -> Counter:
@@ -226,10 +228,15 @@ def step(s: Step, trace: Trace) -> dict:
     user, by = _user_code(s, trace, span)
     take("user code", user, by)
     region = [is_region(op, trace) for op in ops]
-    calls = [op for op, r in zip(ops, region, strict=True) if not r and _outer_op(op, trace)]
+    regions = _regions(trace)
+    calls = [
+        op
+        for op, r in zip(ops, region, strict=True)
+        if not r and (op.parent is None or regions(op.parent)[0])
+    ]
     by = Counter()  # by the outermost region holding the op (the loop's forward), else op
     for op, us in zip(calls, _within(calls, left), strict=True):
-        by[ancestors(op)[-1].name] += us
+        by[regions(op)[1].name] += us
     take("dispatch", [(op.ts, op.end) for op in calls], by)
     tops = [op for op, r in zip(ops, region, strict=True) if r and op.parent is None]
     by = Counter()

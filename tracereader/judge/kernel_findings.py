@@ -8,6 +8,7 @@ import statistics
 
 from tracereader.analyses import breakdown, generation
 from tracereader.analyses.casts import cast
+from tracereader.analyses.nesting import innermost
 from tracereader.judge.cause_text import graphs
 from tracereader.judge.finding import SHOWN_KERNELS, SMALL_STEP, Finding
 from tracereader.names import footprint
@@ -311,16 +312,19 @@ def _clone_memcpy(trace: Trace) -> list[Finding]:
     if trace.device is None or not trace.steps:
         return []
     hits: dict[str, tuple[GpuItem, set[int]]] = {}
+    clone_of = innermost(_is_clone)  # one for the trace: each op is walked once
     for n, step in enumerate(trace.steps):
         for item in step.gpu:
             if item.kind != "memcpy":
                 continue
-            chain = ancestors(item.launcher)
-            for inner, outer in zip(chain, chain[1:], strict=False):
-                if inner.name == "aten::clone":
-                    if outer.name.startswith("aten::") and outer.name not in COPYING_OPS:
-                        hits.setdefault(outer.name, (item, set()))[1].add(n)
-                    break
+            inner = clone_of(item.launcher)  # an outer clone is the caller's copy, not this
+            outer = inner.parent if inner is not None else None
+            if (
+                outer is not None
+                and outer.name.startswith("aten::")
+                and outer.name not in COPYING_OPS
+            ):
+                hits.setdefault(outer.name, (item, set()))[1].add(n)
     out = []
     for name, (item, steps) in hits.items():
         size = item.args.get("bytes")
@@ -343,6 +347,10 @@ def _clone_memcpy(trace: Trace) -> list[Finding]:
             )
         )
     return out
+
+
+def _is_clone(op: CpuOp) -> bool:
+    return op.name == "aten::clone"
 
 
 def _mask_builder(step: Step) -> CpuOp | None:
@@ -439,6 +447,23 @@ def _upcast(trace: Trace) -> Finding | None:
     )
 
 
+def _below_each(step: Step) -> dict[CpuOp, tuple[int, bool, float]]:
+    """Per CPU op of the step, what the ops under it (not itself) launched: how many GPU
+    items, whether a GEMM is among them, the longest one's time (-inf: none). One pass from
+    the innermost ops out, each adding itself and its own below to its parent's: asking each
+    op's subtree instead is quadratic in the depth of a nest where every op launches."""
+    below: dict[CpuOp, tuple[int, bool, float]] = {}
+    for op in reversed(step.cpu_ops):  # children come after their parent in start order
+        if op.parent is None:
+            continue
+        n, gemm, longest = below.get(op, (0, False, -math.inf))
+        for i in op.launched:
+            n, gemm, longest = n + 1, gemm or i.klass.cls == "gemm", max(longest, i.dur)
+        up_n, up_gemm, up_longest = below.get(op.parent, (0, False, -math.inf))
+        below[op.parent] = (up_n + n, up_gemm or gemm, max(up_longest, longest))
+    return below
+
+
 def _opaque_library(trace: Trace) -> list[Finding]:
     """An op that launches one kernel itself (no GEMM: a GEMM library's bar is always one op)
     after much CPU time of its own, with at most small work under it (no GEMM, nothing longer
@@ -454,8 +479,8 @@ def _opaque_library(trace: Trace) -> list[Finding]:
             if op is not None and op.index >= 0:
                 calls[op] = calls.get(op, op.inner) + call.dur
         order: dict[str, int] = {}  # counted among the candidates only: most ops are not
-        ops = step.cpu_ops
-        for op in ops:
+        under = _below_each(step)
+        for op in step.cpu_ops:
             if not op.launched:
                 continue
             kernels = [i for i in op.launched if i.kind == "kernel"]
@@ -464,13 +489,8 @@ def _opaque_library(trace: Trace) -> list[Finding]:
             # Small work under it is its children's (SDPA's flash op routed to FA4 fills two
             # tensors first; its own time excludes them); a GEMM, or anything longer than its
             # own kernel, means it wraps real work (a module's forward, a user's annotation).
-            below, wraps = 0, False
-            for child in subtree(step, op)[1:]:
-                below += len(child.launched)
-                wraps |= any(
-                    i.klass.cls == "gemm" or i.dur > kernels[0].dur for i in child.launched
-                )
-            if wraps:
+            below, gemm, longest = under.get(op, (0, False, -math.inf))
+            if gemm or longest > kernels[0].dur:
                 continue
             nth = order[op.name] = order.get(op.name, -1) + 1
             own = op.dur - calls.get(op, op.inner)

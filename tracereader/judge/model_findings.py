@@ -18,10 +18,11 @@ from collections import defaultdict
 
 from tracereader.analyses import breakdown, gemms, phases
 from tracereader.analyses.casts import cast
+from tracereader.analyses.nesting import innermost
 from tracereader.judge.finding import Finding
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
 from tracereader.trace.load import CAST_OPS
-from tracereader.trace.model import Step, Trace, ancestors, input_dtype, subtree
+from tracereader.trace.model import Step, Trace, input_dtype, subtree
 
 SLOW = 0.5  # a GEMM below this share of the step's best aligned rate is on a slow path
 # 06_train_step.py on an H100 (docs/lessons/06_train_step.md): AdamW's GPU time over the same
@@ -144,17 +145,22 @@ def _optimizer(trace: Trace) -> Finding | None:
     )
 
 
+def _is_cast(op) -> bool:
+    return op.name in CAST_OPS
+
+
 def _weight_casts(trace: Trace) -> Finding | None:
     """fp32 -> 16-bit casts of 2-D tensors (weights) in the forward, with the GPU work they
     launch; repeated every step they are autocast's per-GEMM weight casts."""
     rows = []
+    cast_around = innermost(_is_cast)  # one for the trace: nested casts walk the nest once
     for step in trace.steps:
         us, count = 0.0, 0
         for op in step.cpu_ops:
             source, target, _ = cast(op)
             dims = op.args.get("Input Dims") or ()
             if source == "fp32" and target in ("bf16", "fp16") and dims and len(dims[0]) == 2:
-                if any(a is not op and a.name in CAST_OPS for a in ancestors(op)):
+                if cast_around(op.parent) is not None:
                     continue  # counted at the outer cast (autocast's aten::to holds _to_copy)
                 count += 1
                 us += sum(i.dur for i in _launched(step, op))

@@ -7,11 +7,12 @@ import re
 import statistics
 
 from tracereader.analyses import breakdown, collectives, generation, idle, streams, syncs, variation
+from tracereader.analyses.nesting import innermost
 from tracereader.judge.cause_text import compiled, launch_fix, sync_fix
 from tracereader.judge.finding import SHOWN_KERNELS, Finding, cpu_time, steps_text
 from tracereader.names.kernel_names import label
 from tracereader.trace import intervals
-from tracereader.trace.model import Trace, ancestors
+from tracereader.trace.model import Trace
 from tracereader.units import duration
 
 # torch's own compile work (Dynamo's and Inductor's timed phases), anchored and case-sensitive:
@@ -245,11 +246,16 @@ AUTOTUNE_SYNCS = frozenset({"cudaEventSynchronize", "cudaStreamSynchronize"})
 MODULE_LOADS = re.compile(r"^(cuModuleLoad|cuLibraryLoad|cudaGetDeviceProperties)")
 
 
+def _cudnn(op) -> bool:
+    return "cudnn" in op.name
+
+
 def _warm_up(trace: Trace) -> dict[str, float]:
     """First-call work inside the recorded steps, per step (median): the allocator growing,
     cuDNN timing its algorithms (syncs inside a convolution op: benchmark mode), kernels and
     libraries loaded."""
     rows = []
+    cudnn = innermost(_cudnn)  # one for the trace: a sync in each op of a deep nest walks it once
     for step in trace.steps:
         row = {"allocator growth": 0.0, "cuDNN autotuning": 0.0, "module loading": 0.0}
         for call in step.runtime:
@@ -257,9 +263,7 @@ def _warm_up(trace: Trace) -> dict[str, float]:
                 row["allocator growth"] += call.dur
             elif MODULE_LOADS.match(call.name):
                 row["module loading"] += call.dur
-            elif call.name in AUTOTUNE_SYNCS and any(
-                "cudnn" in op.name for op in ancestors(call.launcher)
-            ):
+            elif call.name in AUTOTUNE_SYNCS and cudnn(call.launcher) is not None:
                 row["cuDNN autotuning"] += call.dur
         rows.append(row)
     return {k: statistics.median(r[k] for r in rows) for k in rows[0]} if rows else {}
