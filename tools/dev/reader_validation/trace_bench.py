@@ -50,6 +50,7 @@ import gzip
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -276,24 +277,47 @@ def load_alone(trace: Path, repo: Path, explain_s: float | None, repeat: int = 1
         print(f"reader load() alone failed (exit {rc}): {err.decode(errors='replace')[-300:]}")
 
 
-def against_hta(trace: Path, repo: Path, explain_s: float | None, spec: str) -> None:
-    """HTA's load + analyses on `trace` against explain's wall time."""
-    size = trace.stat().st_size / 1e6
+def _hta_once(trace: Path, repo: Path, spec: str) -> tuple[dict | None, float, float, str]:
+    """One HTA child: (its result, or None where it failed; wall s; peak RSS MB; why not).
+    `spec`: what uv installs, or `python:CMD`, a command whose Python has HTA (a machine
+    without a network: `python:env PYTHONPATH=/tmp/hta python3`)."""
     with tempfile.TemporaryDirectory(prefix="trace_bench_hta_") as tmp:
         out = Path(tmp) / "hta.json"
-        argv = ["uv", "run", "--no-project", "--with", spec, "python"]
+        if spec.startswith("python:"):
+            argv = shlex.split(spec.removeprefix("python:"))
+        else:
+            argv = ["uv", "run", "--no-project", "--with", spec, "python"]
         argv += [str(ROOT / "tools/dev/reader_validation/_hta_side.py"), "--out", str(out)]
         wall, rss, rc, err = _child([*argv, str(trace)], repo)
         if rc != 0 or not out.exists():
-            print(f"HTA failed (exit {rc}): {err.decode(errors='replace').strip()[-500:]}")
+            return None, wall, rss, f"exit {rc}: {err.decode(errors='replace').strip()[-500:]}"
+        data = json.loads(out.read_text())
+        return {**data["inputs"][0], "version": data.get("hta_version")}, wall, rss, ""
+
+
+def against_hta(
+    trace: Path, repo: Path, explain_s: float | None, spec: str, repeat: int = 1
+) -> None:
+    """HTA's load + analyses on `trace` (the median of `repeat` runs, as explain's) against
+    explain's wall time."""
+    size = trace.stat().st_size / 1e6
+    runs = []
+    for _ in range(repeat):
+        result, wall, rss, why = _hta_once(trace, repo, spec)
+        if result is None:
+            print(f"HTA failed ({why})")
             return
-        result = json.loads(out.read_text())["inputs"][0]
-    hta_s = result["load_s"] + result.get("analyses_s", 0.0)
+        runs.append((result["load_s"] + result.get("analyses_s", 0.0), result, wall, rss))
+    runs.sort(key=lambda r: r[0])
+    hta_s, result, wall, _ = runs[len(runs) // 2]
+    of = f", median of {repeat} (min {runs[0][0]:.2f} s)" if repeat > 1 else ""
+    rss = max(r[3] for r in runs)
     print(
-        f"HTA {spec.split('==')[-1]} on {trace.name} ({size:.1f} MB): load "
+        f"HTA {result.get('version') or spec.split('==')[-1]} on {trace.name} ({size:.1f} MB): "
+        "load "
         f"{result['load_s']:.2f} s + analyses {result.get('analyses_s', 0.0):.2f} s = "
-        f"{hta_s:.2f} s in-process ({wall:.2f} s with its start-up), peak RSS {rss:.0f} MB "
-        f"({rss / size:.2f}x the file)"
+        f"{hta_s:.2f} s in-process{of} ({wall:.2f} s with its start-up), peak RSS "
+        f"{rss:.0f} MB ({rss / size:.2f}x the file)"
     )
     for error in result["errors"]:
         print(f"  HTA error: {error}")
@@ -345,14 +369,15 @@ def make_parser() -> Parser:
         nargs="?",
         const=HTA_SPEC,
         metavar="SPEC",
-        help=f"also time HTA's load + analyses on the same trace (default spec {HTA_SPEC})",
+        help=f"also time HTA's load + analyses on the same trace (default spec {HTA_SPEC}; "
+        "python:CMD runs it with CMD, a Python that has HTA, where uv cannot install it)",
     )
     parser.add_argument(
         "--repeat",
         type=int,
         default=1,
         metavar="N",
-        help="time explain and load() alone N times each, report the medians (shared cores)",
+        help="time explain, load() alone and HTA N times each, report the medians (shared cores)",
     )
     parser.add_argument(
         "--load",
@@ -389,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.load or args.hta:
             load_alone(args.trace.resolve(), args.repo.resolve(), wall, args.repeat)
         if args.hta:
-            against_hta(args.trace.resolve(), args.repo.resolve(), wall, args.hta)
+            against_hta(args.trace.resolve(), args.repo.resolve(), wall, args.hta, args.repeat)
     if args.mb is not None:
         with tempfile.TemporaryDirectory(prefix="trace_bench_") as tmp:
             suffix = ".json.gz" if args.gzip else ".json"
@@ -409,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.load or args.hta:
                 load_alone(out.resolve(), args.repo.resolve(), wall, args.repeat)
             if args.hta:
-                against_hta(out.resolve(), args.repo.resolve(), wall, args.hta)
+                against_hta(out.resolve(), args.repo.resolve(), wall, args.hta, args.repeat)
             if args.keep and not args.out:
                 kept = Path.cwd() / out.name
                 shutil.move(out, kept)
