@@ -62,9 +62,13 @@ _PLAIN = re.compile(r"^[A-Za-z_][\w.]*$")  # a region's name as a user writes it
 def is_region(op: CpuOp, trace: Trace) -> bool:
     """A record_function region: recorded as user_annotation (where the trace says), else a
     plain name no op has (older formats record annotations as ops)."""
+    return _is_region_name(op.name, trace)
+
+
+def _is_region_name(name: str, trace: Trace) -> bool:
     if trace.annotations:
-        return op.name in trace.annotations and not op.name.startswith("ProfilerStep#")
-    return _plain(op.name)
+        return name in trace.annotations and not name.startswith("ProfilerStep#")
+    return _plain(name)
 
 
 @functools.lru_cache(maxsize=8192)  # names repeat every step
@@ -88,19 +92,26 @@ def sync_culprit(call) -> str:
     return syncs.culprit(call)
 
 
-def _cover(ops, pattern) -> list:
-    return intervals.union((op.ts, op.end) for op in ops if _says(pattern, op.name))
+def _matching(names, pattern) -> frozenset:
+    """The names `pattern` finds: a step's ops repeat a few hundred names, so each name is
+    tested once and each op is a set lookup."""
+    return frozenset(name for name in names if _says(pattern, name))
 
 
-def _user_code(s: Step, trace: Trace, span) -> tuple[list, Counter]:
-    """The self time of sparse regions (their stretches with no op), and per region its us."""
-    children: dict[int, list[CpuOp]] = {}
+def _cover(ops, names: frozenset) -> list:
+    return intervals.union((op.ts, op.end) for op in ops if op.name in names)
+
+
+def _user_code(s: Step, regions: frozenset, span) -> tuple[list, Counter]:
+    """The self time of sparse regions (their stretches with no op), and per region its us;
+    `regions`: the names of the regions that are neither a data loader's nor an optimizer's."""
+    children: dict[int, list[CpuOp]] = {}  # of those regions alone
     for op in s.cpu_ops:
-        if op.parent is not None:
+        if op.parent is not None and op.parent.name in regions:
             children.setdefault(id(op.parent), []).append(op)
     parts, by = [], Counter()
     for op in s.cpu_ops:
-        if not is_region(op, trace) or _says(DATA, op.name) or _says(OPTIMIZER, op.name):
+        if op.name not in regions:
             continue
         kids = children.get(id(op), [])
         own = intervals.subtract([(op.ts, op.end)], intervals.union((k.ts, k.end) for k in kids))
@@ -173,22 +184,22 @@ def _within(ops: list[CpuOp], parts: list) -> list[float]:
     return out
 
 
-def _regions(trace: Trace):
-    """Per op (nesting.along): whether it and all the ops around it are regions, and the
-    outermost op around it (itself included): an op with only regions above it is one the
-    loop called, counted under the outermost region."""
+def _regions(names: frozenset):
+    """Per op (nesting.along): whether it and all the ops around it are regions (`names`: the
+    step's region names), and the outermost op around it (itself included): an op with only
+    regions above it is one the loop called, counted under the outermost region."""
     return along(
         lambda above, op: (
-            is_region(op, trace) and (above is None or above[0]),
+            op.name in names and (above is None or above[0]),
             op if above is None else above[1],
         )
     )
 
 
-def _named(parts: list, ops, pattern) -> Counter:
+def _named(parts: list, ops, names: frozenset) -> Counter:
     by = Counter()
     for op in ops:
-        if _says(pattern, op.name) and (op.parent is None or not _says(pattern, op.parent.name)):
+        if op.name in names and (op.parent is None or op.parent.name not in names):
             by[op.name] += intervals.length(intervals.intersect([(op.ts, op.end)], parts))
     return by
 
@@ -209,12 +220,15 @@ def step(s: Step, trace: Trace) -> dict:
         culprits[name] = by
 
     ops = s.cpu_ops
-    compile_parts = _cover(ops, COMPILE)
+    names = {op.name for op in ops}
+    compiling, loading, stepping = (_matching(names, p) for p in (COMPILE, DATA, OPTIMIZER))
+    region_names = frozenset(name for name in names if _is_region_name(name, trace))
+    compile_parts = _cover(ops, compiling)
     take("compilation", compile_parts, Counter({"torch.compile": intervals.length(compile_parts)}))
-    data = _cover(ops, DATA)
-    take("data loader", data, _named(data, ops, DATA))
-    optimizer = _cover(ops, OPTIMIZER)
-    take("optimizer", optimizer, _named(optimizer, ops, OPTIMIZER))
+    data = _cover(ops, loading)
+    take("data loader", data, _named(data, ops, loading))
+    optimizer = _cover(ops, stepping)
+    take("optimizer", optimizer, _named(optimizer, ops, stepping))
     blocked = [c for c in _blocking(s) if c.launcher is None or c.launcher.index >= 0]
     by = Counter()
     for call in blocked:
@@ -223,12 +237,13 @@ def step(s: Step, trace: Trace) -> dict:
     again = recomputed(s)
     take("recompute", again, Counter({"checkpointed forward": intervals.length(again)}))
     autograd = [(op.ts, op.end) for op in s.other_ops if op.parent is None]
-    autograd += [(op.ts, op.end) for op in ops if op.parent is None and _says(BACKWARD, op.name)]
+    backward = _matching(names, BACKWARD)
+    autograd += [(op.ts, op.end) for op in ops if op.parent is None and op.name in backward]
     take("autograd thread", autograd, Counter({"backward (autograd thread)": 1.0}))
-    user, by = _user_code(s, trace, span)
+    user, by = _user_code(s, region_names - loading - stepping, span)
     take("user code", user, by)
-    region = [is_region(op, trace) for op in ops]
-    regions = _regions(trace)
+    region = [op.name in region_names for op in ops]
+    regions = _regions(region_names)
     calls = [
         op
         for op, r in zip(ops, region, strict=True)

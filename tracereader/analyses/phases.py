@@ -117,7 +117,17 @@ def _split(s: Step) -> tuple | None:
     phase op by id, the default phase, the backward's start); None without a phase op."""
     ops = (*s.cpu_ops, *s.other_ops)
     marker_of: dict[int, CpuOp | None] = {}  # also holds the ops' ancestors outside the step
-    markers = [_marker(op, marker_of) for op in ops]
+    markers = []
+    for op in ops:  # parents come before their children: most ops need only their parent's
+        parent = op.parent
+        if parent is not None and id(parent) not in marker_of:
+            markers.append(_marker(op, marker_of))
+            continue
+        found = marker_of[id(parent)] if parent is not None else None
+        if found is None and _phase(op.name):
+            found = op
+        marker_of[id(op)] = found
+        markers.append(found)
     outermost = {id(m): m for m in markers if m is not None}.values()
     if not outermost:
         return None
