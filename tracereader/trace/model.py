@@ -398,7 +398,8 @@ def _lookup(steps: list[Step]):
         i = bisect_right(starts, ts) - 1
         return i if i >= 0 and ts <= ends[i] else -1
 
-    spans = [(a, b, e) for a, b, e in zip(starts, [*starts[1:], float("inf")], ends, strict=True)]
+    nexts = [*starts[1:], float("inf")][: len(starts)]  # none for a trace without steps
+    spans = [(a, b, e) for a, b, e in zip(starts, nexts, ends, strict=True)]
     return step_of, [*spans, (0.0, -1.0, -1.0)]
 
 
