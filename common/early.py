@@ -8,23 +8,24 @@ its parser prints and what its refusal says), and common/startup.py, which every
 first, asks `serve()` here before the lesson goes on to import torch.
 
 An entry is served only while it is current: its digest, the SHA-256 of the bytes of the
-lesson, every common/*.py and tracereader/commandline.py (the parser), must match the files on
+lesson, every .py file under common/, tracereader/commandline.py (the parser) and
+tracereader/trace/model.py (--dtype's names), must match the files on
 disk. (The text is the Python of the snapshot's: 3.11, CI's. Another Python's argparse may lay
 out a flag with two spellings differently, 3.13 does; the words are the same, so it is served
 there too rather than costing that user torch's import.) A
 lesson or a flag edited since the snapshot falls through, silently, to the lesson's own
 (slow, always right) path; tests/test_lesson_help.py holds the committed snapshot current.
 
---help: served where `-h` or `--help` is among the arguments before any `--`, as argparse
-answers it wherever it appears (a flag before it that argparse would refuse is then not
-reported: help is what was asked for).
+--help: served where it is the only argument (`-h` or `--help`), the way it is asked. With
+other arguments argparse may answer otherwise (`--batch -h` is a missing value, not a request
+for help), so the lesson's own parser answers those.
 
-The refusal: served where the lesson refuses on a machine without a GPU and no CUDA or ROCm
-device is visible here (read from what the drivers put in /dev and /proc, no torch). A lesson
-whose line does not depend on its flags (03_kernels_mlp and 04_d: `cli.require_gpu`, the
-first thing after parsing) refuses so whatever the flags; one whose line does (03_fused_mlp:
---kernel gluon and --proton have their own) only when run without arguments, and not where
-its `unless_env` variable is set (TRITON_INTERPRET runs its kernel on the CPU).
+The refusal: served where the lesson refuses on a machine without a GPU, it was run without
+arguments (with some, a flag argparse refuses must be named first, and 03_fused_mlp's
+--kernel gluon and --proton have their own lines), no CUDA or ROCm GPU may be here (read from
+what the drivers put in /dev and /proc and whether a CUDA driver library is installed, no
+torch), and its `unless_env` variable is not set (TRITON_INTERPRET runs 03_fused_mlp's kernel
+on the CPU).
 
 Never under torchrun (its ranks have their own rules for who speaks), nor with
 PROFILING_PYTORCH_NO_EARLY=1 (the writer and the tests use it to reach the lesson's own path).
@@ -45,11 +46,15 @@ SNAPSHOT = "common/lesson_help.json"  # under ROOT
 OFF = "PROFILING_PYTORCH_NO_EARLY"  # set (not "0"): always the lesson's own path
 HELP_FLAGS = ("-h", "--help")
 PARSER = "tracereader/commandline.py"  # the Parser every lesson's is, under ROOT
+DTYPES = "tracereader/trace/model.py"  # --dtype's choices (cli.DTYPES), under ROOT
+OTHER_NODES = ("kfd", "dxg", "nvhost-ctrl", "nvmap")  # ROCm, WSL, Jetson (nvgpu)
+DRIVER_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+               "/usr/lib/wsl/lib", "/usr/local/nvidia/lib64")  # fmt: skip
 
 
 def sources(lesson: Path) -> list[Path]:
     """The files a lesson's flags and help come from, in the digest's order."""
-    return [lesson, *sorted((ROOT / "common").glob("*.py")), ROOT / PARSER]
+    return [lesson, *sorted((ROOT / "common").rglob("*.py")), ROOT / PARSER, ROOT / DTYPES]
 
 
 def digest(lesson: Path) -> str:
@@ -64,12 +69,7 @@ def digest(lesson: Path) -> str:
 
 
 def asks_for_help(argv: list[str]) -> bool:
-    for word in argv:
-        if word == "--":  # what follows is an argument, never a flag
-            return False
-        if word in HELP_FLAGS:
-            return True
-    return False
+    return len(argv) == 1 and argv[0] in HELP_FLAGS
 
 
 def gpu_visible() -> bool:
@@ -82,11 +82,14 @@ def gpu_visible() -> bool:
     if not sys.platform.startswith("linux"):
         return True  # Windows: the driver leaves nothing to read without torch
     dev = Path("/dev")
-    if any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists():
-        return True  # NVIDIA's device nodes, ROCm's, or WSL's GPU bridge
+    if any(dev.glob("nvidia[0-9]*")) or any((dev / n).exists() for n in OTHER_NODES):
+        return True  # NVIDIA's device nodes, ROCm's, WSL's GPU bridge, a Jetson's
     with suppress(OSError):
-        return any(Path("/proc/driver/nvidia/gpus").iterdir())
-    return False
+        if any(Path("/proc/driver/nvidia/gpus").iterdir()):
+            return True
+    # A CUDA driver installed whose nodes are not there yet (nvidia-modprobe makes them on
+    # first use): unsure, so the lesson's own path decides
+    return any(Path(d, "libcuda.so.1").exists() for d in DRIVER_DIRS)
 
 
 def current_entry(name: str) -> dict | None:
@@ -102,7 +105,7 @@ def refusal(entry: dict, argv: list[str]) -> tuple[int, str] | None:
     """The lesson's exit code and stderr line where it refuses on a machine without a GPU, for
     this argv and environment."""
     needs = entry.get("needs_gpu")
-    if not needs or (argv and not needs["with_flags"]):
+    if not needs or argv:
         return None
     if needs.get("unless_env") and os.environ.get(needs["unless_env"], ""):
         return None  # set to anything: the lesson's own path reads the value

@@ -5,7 +5,7 @@ For every lesson (NN_*.py at the root), imported here in this process: its --hel
 lessons in NEEDS_GPU the one stderr line and exit code of their run without a GPU, as their
 own `main([])` says it through the lessons' runner (cli.run_main) with torch told there is no
 GPU; each with the digest of the files it came from (common/early.py's `digest`: the lesson,
-every common/*.py and tracereader/commandline.py). The help is stored a
+every .py file under common/, the parser and the model's dtype names). The help is stored a
 line per list item, so that a change to a flag reads as a change to its lines in a diff.
 
 Run it after changing a lesson's flags, its docstring or common/: tests/test_lesson_help.py
@@ -35,12 +35,12 @@ from common.startup import LESSON
 from tracereader import Parser, UsageError, run
 
 ROOT = early.ROOT
-# The lessons that refuse where there is no GPU (common/early.py's `refusal`): with_flags where
-# the line is the same whatever the flags, unless_env where a set variable lets the lesson run.
+# The lessons that refuse, run without arguments, where there is no GPU (common/early.py's
+# `refusal`): unless_env, a variable whose being set lets the lesson run.
 NEEDS_GPU = {
-    "03_fused_mlp.py": {"with_flags": False, "unless_env": "TRITON_INTERPRET"},
-    "03_kernels_mlp.py": {"with_flags": True, "unless_env": None},
-    "04_d_kernels_attention.py": {"with_flags": True, "unless_env": None},
+    "03_fused_mlp.py": {"unless_env": "TRITON_INTERPRET"},
+    "03_kernels_mlp.py": {"unless_env": None},
+    "04_d_kernels_attention.py": {"unless_env": None},
 }
 ABOUT = (
     "Written by `uv run python -m tools.dev.lesson_help --write`; served by common/early.py "
