@@ -20,7 +20,6 @@ device's name comes from `deviceProperties` when it is there.
 from __future__ import annotations
 
 import functools
-import weakref
 from bisect import bisect_right
 from collections import Counter
 from pathlib import Path
@@ -172,6 +171,7 @@ class Step:
         self.gpu: list[GpuItem] = gpu  # in launch order
         # of other threads, in start order
         self.other_ops: list[CpuOp] = [] if other_ops is None else other_ops
+        self.memo: dict[str, object] = {}  # per_step's answers
 
     def __repr__(self) -> str:
         return f"Step(name={self.name!r}, ts={self.ts!r}, dur={self.dur!r}, gpu={len(self.gpu)})"
@@ -238,6 +238,7 @@ class Trace:
         # the names recorded as user_annotation (record_function): the user's regions, and
         # torch's own ones (ProfilerStep, DataLoader, Optimizer, compiled regions)
         self.annotations: frozenset[str] = frozenset()
+        self.memo: dict[str, object] = {}  # per_step's answers about the whole trace
 
     def __repr__(self) -> str:
         return f"Trace(path={self.path!r}, steps={len(self.steps)}, device={self.device!r})"
@@ -247,6 +248,7 @@ class Trace:
         other = object.__new__(Trace)
         other.__dict__.update(self.__dict__)
         other.steps = steps
+        other.memo = {}  # its answers are its own: other steps
         return other
 
     @property
@@ -503,16 +505,17 @@ def _nest_modules(modules, calls, steps, step_of, module_of_call) -> list[Module
 
 
 def per_step(reading):
-    """Remember `reading(step, *rest)` (or `reading(trace)`) for as long as the step lives,
-    keyed on the step alone (`rest`, where given, is the step's own trace): the summary and
-    the findings both read every step's breakdown, and the model does not change once built."""
-    memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    """Remember `reading(step, *rest)` (or `reading(trace)`) while the step lives, in its own
+    `memo` (`rest`: the step's trace): an answer holding the step then goes with it, where a
+    weak-keyed table kept both for the process's life. The model does not change once built."""
+    key = f"{reading.__module__}.{reading.__qualname__}"
 
     @functools.wraps(reading)
-    def remembered(step: Step, *rest):
-        found = memo.get(step)
+    def remembered(step, *rest):
+        memo = step.memo
+        found = memo.get(key)
         if found is None:
-            found = memo[step] = reading(step, *rest)
+            found = memo[key] = reading(step, *rest)
         return found
 
     return remembered
