@@ -514,8 +514,11 @@ def launcher_main(args: Sequence[str]) -> int:
     try:
         torch_run.run(torch_run.parse_args(list(args)))
     except ChildFailedError as err:
-        _, first = min(err.failures.items())  # the lowest rank: 0 where it failed
-        code = first.exitcode if first.exitcode >= 0 else 128 - first.exitcode
+        # The lowest rank's code, 0's where it failed; but a rank torchrun stopped because
+        # another failed first exits 130 (its SIGTERM), and the failure is that other rank's
+        codes = [f.exitcode if f.exitcode >= 0 else 128 - f.exitcode
+                 for _, f in sorted(err.failures.items())]  # fmt: skip
+        code = next((c for c in codes if c != 130), 130)
         if code not in (2, 130):
             print(err.format_msg(), file=sys.stderr)
         return code or 1

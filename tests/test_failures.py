@@ -4,6 +4,7 @@ temporary files. The lessons run for real on the CPU; only the failure is staged
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -398,3 +399,31 @@ def test_the_compile_line_says_where_inductor_compiled(tmp_path, capsys, monkeyp
     out = capsys.readouterr().out.splitlines()
     line = next(text for text in out if text.startswith("compile:"))
     assert "in this process, one thread (TORCHINDUCTOR_COMPILE_THREADS=1" in line
+
+
+@pytest.mark.parametrize(
+    "exits, code",
+    [({0: 130, 1: 2}, 2), ({0: 2, 1: 130}, 2), ({0: 130, 1: 130}, 130), ({0: 130, 1: 1}, 1)],
+    ids=["rank 0 stopped after rank 1's bad input", "rank 0's own", "Ctrl-C", "rank 1's bug"],
+)
+def test_the_self_launch_passes_on_the_failure_not_torchruns_stop_of_the_others(
+    exits, code, monkeypatch
+):
+    """torchrun stops the other ranks with SIGTERM once one fails, and a rank it stopped exits
+    130: a race on a busy machine made the lowest rank's 130 the run's code where rank 1's bad
+    input (2) was the failure."""
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from common import torchrun
+
+    failures = {r: ProcessFailure(r, 1000 + r, c, "<N/A>") for r, c in exits.items()}
+
+    def failed(args):
+        raise ChildFailedError("05_tp_mlp.py", failures)
+
+    monkeypatch.setattr(torch_run, "run", failed)
+    try:
+        assert torchrun.launcher_main(["--nproc-per-node", "2", "05_tp_mlp.py"]) == code
+    finally:
+        logging.disable(logging.NOTSET)  # the launcher silences logging in its own process
