@@ -327,3 +327,20 @@ def test_a_run_read_with_a_rank_already_loaded_reads_the_same_and_skips_its_file
     rank0 = trace_reader.load(files[0])
     moved = {0: tmp_path / "rank0_not_there.json.gz", 1: files[1]}
     assert read_run(stem, moved, loaded={0: rank0}) == read_run(stem, files)
+
+
+def test_a_read_trace_is_freed_once_dropped():
+    """A process that reads trace after trace (a lesson's read-back, a sweep, the tests) keeps
+    none of them: the answers remembered per step go with their step."""
+    import gc
+    import weakref
+
+    from tracereader.reading import Reading
+
+    mixtral = "h200/models/mixtral_train_l4_h1024_e8k2_b4_s1024_bf16.json.gz"
+    trace = trace_reader.load(FIXTURES / mixtral)
+    Reading(trace)  # every analysis, its per-step answers remembered
+    steps = [weakref.ref(s) for s in trace.steps]
+    del trace
+    gc.collect()
+    assert [s() for s in steps] == [None] * len(steps)
