@@ -360,32 +360,24 @@ def _nested_launching(path: Path, depth: int) -> Path:
 
 
 @pytest.mark.parametrize("flags", [[], ["--json"], ["--ops", "--all-steps"]], ids=" ".join)
-def test_ops_nested_thirty_thousand_deep_are_read(flags, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "kernel_each, shown", [(False, "aten::linear"), (True, "aten::clone")],
+    ids=["one launch", "each launching"],
+)  # fmt: skip
+def test_ops_nested_thirty_thousand_deep_are_read(kernel_each, shown, flags, tmp_path, capsys):
     """Each op's phase (and any backward node above it) was found by walking all its
-    ancestors: quadratic in the depth (over 40 s at this depth, a hang to the time bound);
-    each op is now walked once."""
-    path = nested_ops(tmp_path / "deep.json", 30_000)
-    code, out, err = outcome(explain.main, [str(path), *flags], capsys)
-    assert code == 0 and err == "", err
-    if flags == ["--json"]:
-        assert json.loads(out)["traces"][0]["steps"]
-    else:
-        assert "aten::linear" in out and "1 recorded steps" in out
-
-
-@pytest.mark.parametrize("flags", [[], ["--json"], ["--ops", "--all-steps"]], ids=" ".join)
-def test_ops_nested_thirty_thousand_deep_each_launching_are_read(flags, tmp_path, capsys):
-    """Every op of the nest launches: the rules that ask what is around a launcher (the
+    ancestors: quadratic in the depth (over 40 s at this depth, a hang to the time bound).
+    Where every op of the nest launches, the rules that ask what is around a launcher (the
     backward node, the recomputed forward op, an optimizer, a clone, an item()) or under an
-    op (a library's own work) walked the nest once per op, quadratic (about 30 s at 8,000
-    deep, a quarter of an hour at this depth); now each op is walked once per question."""
-    path = nested_ops(tmp_path / "deep.json", 30_000, kernel_each=True)
+    op (a library's own work) walked the nest once per op too (about 30 s at 8,000 deep, a
+    quarter of an hour at this depth). Now each op is walked once per question."""
+    path = nested_ops(tmp_path / "deep.json", 30_000, kernel_each=kernel_each)
     code, out, err = outcome(explain.main, [str(path), *flags], capsys)
     assert code == 0 and err == "", err
     if flags == ["--json"]:
         assert json.loads(out)["traces"][0]["steps"]
     else:
-        assert "aten::clone" in out and "1 recorded steps" in out
+        assert shown in out and "1 recorded steps" in out
 
 
 def test_a_cpu_only_checkpointed_step_is_read(tmp_path, capsys):

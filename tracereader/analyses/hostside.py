@@ -34,7 +34,7 @@ from collections import Counter
 
 from tracereader.analyses import syncs
 from tracereader.analyses.gpuside import FORWARD_ONLY
-from tracereader.analyses.nesting import along
+from tracereader.analyses.nesting import along, innermost
 from tracereader.trace import intervals
 from tracereader.trace.model import CpuOp, Step, Trace, per_step
 
@@ -127,17 +127,16 @@ def recomputed(s: Step) -> list:
     under an autograd node: the checkpoint's unpack hook replays the region there); the node's
     own gradient is a small part of it."""
     spans: dict[int, tuple[float, float]] = {}
-    stops: dict = {}  # each a _nearest memo: every op is walked once, however deep the nesting
-    roots: dict = {}
-    engines: dict = {}
+    # nesting's answers: every op is walked once, however deep the nesting
+    stop, root, engine_of = innermost(_node_or_forward), innermost(_root), innermost(_engine)
     for op in (*s.other_ops, *s.cpu_ops):
         if op.name not in FORWARD_ONLY:
             continue
-        node = _nearest(op.parent, _node_or_forward, stops)
+        node = stop(op.parent)
         if node is None or node.name in FORWARD_ONLY:
             continue  # under no node, or counted at the outer forward op
-        outer = _nearest(node, _root, roots) if node.name.startswith("autograd::") else node
-        engine = _nearest(node, _engine, engines)
+        outer = root(node) if node.name.startswith("autograd::") else node
+        engine = engine_of(node)
         outer = outer if engine is None else engine
         spans[id(outer)] = (outer.ts, outer.end)
     return intervals.union(spans.values())
@@ -153,22 +152,6 @@ def _engine(op: CpuOp) -> bool:
 
 def _root(op: CpuOp) -> bool:
     return op.parent is None
-
-
-def _nearest(op: CpuOp | None, says, memo: dict[int, CpuOp | None]) -> CpuOp | None:
-    """The innermost of `op` and its ancestors that `says` holds for (None: none does). `memo`
-    (op id -> answer, for one `says`) is filled on the way, so that asking every op of a deep
-    nest costs one walk, not one per op (quadratic in the depth)."""
-    chain = []
-    while op is not None and id(op) not in memo:
-        chain.append(op)
-        op = op.parent
-    found = memo[id(op)] if op is not None else None
-    for node in reversed(chain):  # outermost first: an inner match replaces an outer one
-        if says(node):
-            found = node
-        memo[id(node)] = found
-    return found
 
 
 def _within(ops: list[CpuOp], parts: list) -> list[float]:

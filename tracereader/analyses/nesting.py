@@ -28,6 +28,21 @@ def along(fold: Callable[[object, CpuOp], object]) -> Callable[[CpuOp | None], o
             found = known[node] = fold(found, node)
         return found
 
+    def each(ops) -> list:
+        """The answers for `ops`, parents before their children (a step's ops in start
+        order): one pass, each op from its parent's answer, the walk only where it is not
+        known yet (an ancestor outside `ops`)."""
+        out = []
+        for op in ops:
+            parent = op.parent
+            if parent is not None and parent not in known:
+                out.append(answer(op))
+                continue
+            found = known[op] = fold(known[parent] if parent is not None else None, op)
+            out.append(found)
+        return out
+
+    answer.each = each  # asked of a whole step's ops at once: the summary's hot path
     return answer
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import functools
 import re
 
+from tracereader.analyses.nesting import outermost
 from tracereader.trace import intervals
-from tracereader.trace.model import CpuOp, Step, per_step
+from tracereader.trace.model import Step, per_step
 
 _PHASES = (
     (
@@ -43,24 +44,12 @@ def _phase(name: str) -> str | None:
     return None
 
 
-def _marker(op: CpuOp | None, known: dict[int, CpuOp | None]) -> CpuOp | None:
-    """The outermost op among `op` and its ancestors whose name says a phase: a wrapper
-    around the whole step (a user's `record_function("train_step")`, a `train_step()` with its
-    own annotation) says none, so the phases inside it are found below it.
-
-    `known` (op id -> its marker) is filled on the way: an op's marker is its parent's, else
-    itself where its name says a phase, so each op is walked once however deep the nesting
-    (asking every op for all its ancestors is quadratic in the depth)."""
-    chain = []
-    while op is not None and id(op) not in known:
-        chain.append(op)
-        op = op.parent
-    found = known[id(op)] if op is not None else None
-    for node in reversed(chain):  # outermost first
-        if found is None and _phase(node.name):
-            found = node
-        known[id(node)] = found
-    return found
+def _markers():
+    """Per op (nesting.outermost), the outermost op among it and its ancestors whose name says
+    a phase: a wrapper around the whole step (a user's `record_function("train_step")`, a
+    `train_step()` with its own annotation) says none, so the phases inside it are found
+    below it."""
+    return outermost(lambda op: _phase(op.name))
 
 
 @per_step  # the summary and the findings both ask
@@ -81,7 +70,7 @@ def step(s: Step) -> list[dict]:
     cpu, order, marker_of, default, backward = split
     gpu: dict[str, list] = {}
     for item in s.gpu:
-        m = _marker(item.launcher, marker_of)
+        m = marker_of(item.launcher)
         if m is not None:
             phase = _phase(m.name)
         else:  # launched outside every phase op: the phase its launch falls in on the CPU
@@ -114,20 +103,10 @@ def _start(span: tuple) -> float:
 
 def _split(s: Step) -> tuple | None:
     """step()'s CPU split: (phase -> intervals, each phase's first time, each op's outermost
-    phase op by id, the default phase, the backward's start); None without a phase op."""
+    phase op (_markers), the default phase, the backward's start); None without a phase op."""
     ops = (*s.cpu_ops, *s.other_ops)
-    marker_of: dict[int, CpuOp | None] = {}  # also holds the ops' ancestors outside the step
-    markers = []
-    for op in ops:  # parents come before their children: most ops need only their parent's
-        parent = op.parent
-        if parent is not None and id(parent) not in marker_of:
-            markers.append(_marker(op, marker_of))
-            continue
-        found = marker_of[id(parent)] if parent is not None else None
-        if found is None and _phase(op.name):
-            found = op
-        marker_of[id(op)] = found
-        markers.append(found)
+    marker_of = _markers()  # also answers for the ops' ancestors outside the step
+    markers = marker_of.each(ops)
     outermost = {id(m): m for m in markers if m is not None}.values()
     if not outermost:
         return None
