@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,27 @@ def test_items_stay_whole_and_a_verdict_splits_between_its_clauses():
         "GPU busy 4 ms;",
         "both",
     ]
+
+
+@pytest.mark.parametrize("where", ["repository", "elsewhere"])
+def test_the_rank_folders_command_to_copy_runs_where_it_was_printed(where, monkeypatch, tmp_path):
+    """The "kernel by kernel" command names rank 0's files relative to the folder it was printed
+    in when they lie under it (short, whatever the checkout's depth), whole and quoted when not;
+    pasted there, it runs."""
+    folder = tmp_path / "my runs"  # a space: the shell must get one word
+    folder.mkdir()
+    for name in ("compute_straggler", "exposed_all_reduce"):
+        src = FIXTURES / "labelled/ranks" / name
+        (folder / name).mkdir()
+        for f in src.glob("*_rank*.json.gz"):
+            (folder / name / f.name).write_bytes(f.read_bytes())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path if where == "repository" else tmp_path / "elsewhere")
+    screen = compared(str(folder / "compute_straggler"), str(folder / "exposed_all_reduce"))
+    assert not too_wide(screen.replace(str(folder), "F"))  # only the user's own path is long
+    command = " ".join(screen.split("kernel by kernel, rank 0: ")[1].split())
+    assert command.startswith("uv run compare ")
+    argv = shlex.split(command.removeprefix("uv run compare "))
+    assert len(argv) == 2 and all(Path(a).is_file() for a in argv)
+    assert Path(argv[0]).is_absolute() == (where == "elsewhere")
+    assert "verdict" in compared(*argv)

@@ -6,6 +6,8 @@ the line."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import textwrap
 
 WIDTH = 100  # explain's and compare's text, every line of it
@@ -32,6 +34,16 @@ def wrap(lines: list[str], width: int = WIDTH) -> list[str]:
             break_long_words=not path,
         )
     return out
+
+
+def typed(path: str) -> str:
+    """A path inside a command to copy: relative to the current folder where it lies under it
+    (the command is pasted where it was printed), quoted for the shell where it must be."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        rel = path
+    return shlex.quote(path if rel.startswith("..") else rel)
 
 
 def cut(name: str, width: int) -> str:

@@ -3,7 +3,7 @@ and of two runs side by side (compare's): formats, computes nothing."""
 
 from __future__ import annotations
 
-from tracereader.render.lines import header, wrap
+from tracereader.render.lines import header, typed, wrap
 from tracereader.units import bytes_text, cell
 
 
@@ -111,7 +111,7 @@ def text(result: dict) -> str:
             )
     first = result["per_rank"][0]["path"] if result["per_rank"] else None
     if first:
-        lines.append(f"one rank in full: uv run explain {first}")
+        lines.append(f"one rank in full: uv run explain {typed(first)}")
     return "\n".join(wrap(lines))
 
 
@@ -141,5 +141,6 @@ def compare_text(result: dict) -> str:
     bus_b = "-" if b["bus_GBps"] is None else f"{b['bus_GBps']:.1f}"
     lines.append(f"  {'bus bandwidth (GB/s)':<38} {bus_a:>10} {bus_b:>10}")
     if a["rank0"] and b["rank0"]:
-        lines.append(f"kernel by kernel, rank 0: uv run compare {a['rank0']} {b['rank0']}")
+        pair = f"{typed(a['rank0'])} {typed(b['rank0'])}"
+        lines.append(f"kernel by kernel, rank 0: uv run compare {pair}")
     return "\n".join(wrap(lines))
