@@ -31,7 +31,7 @@ from tracereader.analyses.nesting import along, innermost
 from tracereader.names.devices import datasheet
 from tracereader.names.kernel_names import CUDA_CORES
 from tracereader.trace import intervals
-from tracereader.trace.load import CAST_OPS
+from tracereader.trace.events import CAST_OPS
 from tracereader.trace.model import CpuOp, Step, Trace
 
 TF32_OVER_FP32 = 494.7 / 66.9  # Hopper SXM's datasheet, where the device's is not known

@@ -21,7 +21,7 @@ from tracereader.analyses.casts import cast
 from tracereader.analyses.nesting import innermost
 from tracereader.judge.finding import Finding
 from tracereader.names.kernel_names import CUDA_CORES, TF32, readable
-from tracereader.trace.load import CAST_OPS
+from tracereader.trace.events import CAST_OPS
 from tracereader.trace.model import Step, Trace, input_dtype, subtree
 
 SLOW = 0.5  # a GEMM below this share of the step's best aligned rate is on a slow path

@@ -1,0 +1,226 @@
+"""A large trace read on several cores (trace.fanout) is the trace read in one process, event by
+event: every step's ops with their nesting and args, every GPU item with its class, launcher and
+args, the skipped counts in their order, the allocator's events linked to their ops. Forced
+here on small traces (workers from the first event, slabs of a few KB, so dozens of slabs);
+where a slab cannot be read (a cut inside a string, damage) the whole file is read again in one
+process, which names the damage as it always did; no worker outlives the read."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.helpers import EXTERNAL_TRACES
+from tracereader.trace import fanout
+from tracereader.trace import load as loader
+from tracereader.trace.load import TraceError, load
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+TRACES = [
+    "labelled/memory_list.json.gz",  # the allocator's events, growing
+    "labelled/loader_main_thread.json.gz",
+    "labelled/optimizer_forloop.json.gz",
+    "labelled/ranks/compute_straggler/compute_straggler_rank0.json.gz",  # CPU only, gloo
+    "h200/models/llama_train_wrapped_l8_h2048_b4_s1024_bf16.json.gz",  # annotations, modules
+    "h100/03_simple_mlp/b64_s128_d768_h3072_bf16_compile.json.gz",
+]
+
+
+def model(trace) -> list:
+    """Everything the reader reads from a trace, as plain values."""
+
+    def op(o):
+        return None if o is None else (o.name, o.ts, o.dur)
+
+    def gpu(g):
+        return (g.name, g.kind, g.ts, g.dur, g.runtime, g.klass, dict(g.args), g.correlation,
+                op(g.launcher), op(g.call))  # fmt: skip
+
+    out: list = [trace.device, trace.unit, trace.has_runtime, trace.meta]
+    out += [list(trace.skipped.items()), sorted(trace.annotations)]
+    out += [[gpu(g) for g in trace.gpu_all], [op(c) for c in trace.runtime_outside_steps]]
+    out += [(m.name, m.ts, m.dur, m.depth, op(m.parent)) for m in trace.modules]
+    out.append(sorted((op(c), op(m)) for c, m in trace.module_of_call.items()))
+    for s in trace.steps:
+        out.append((s.name, s.ts, s.dur, [gpu(g) for g in s.gpu]))
+        out += [(*op(c), op(c.launcher)) for c in s.runtime]
+        out += [
+            (*op(o), o.depth, dict(o.args), o.index, o.below, o.inner, op(o.parent),
+             [gpu(g) for g in o.launched])
+            for o in s.cpu_ops + s.other_ops
+        ]  # fmt: skip
+    memory = trace.memory
+    if memory is not None:
+        out.append((list(memory.ts), list(memory.bytes), list(memory.addr), memory.devices))
+        out.append([op(o) for o in memory.op])
+    return out
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """Workers from the first event, slabs of 4 KB; `one` reads in one process."""
+    monkeypatch.setattr(fanout, "AFTER", 0)
+    monkeypatch.setattr(fanout, "SLAB", 4096)
+    forks = []
+    start = fanout.start
+    monkeypatch.setattr(fanout, "start", lambda events: forks.append(1) or start(events))
+
+    def read(path, workers: int):
+        monkeypatch.setenv(fanout.ENV, str(workers))
+        forks.clear()
+        return load(path, memory=True), bool(forks)
+
+    return read
+
+
+def no_children_left() -> bool:
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork: Linux and macOS only")
+@pytest.mark.parametrize("name", TRACES)
+def test_a_trace_read_on_several_cores_is_the_trace_read_in_one(name, forced):
+    alone, _ = forced(os.path.join(FIXTURES, name), 0)
+    fanned, forked = forced(os.path.join(FIXTURES, name), 3)
+    assert forked and model(fanned) == model(alone)
+    assert no_children_left()
+
+
+@pytest.mark.slow  # another project's traces, 2-3 MB each
+@pytest.mark.skipif(not EXTERNAL_TRACES.is_dir(), reason="no ../shared/external-traces")
+@pytest.mark.parametrize("name", ["hta/df_index_resolver.json.gz", "hta/mtia_rank_0.json.gz"])
+def test_outside_traces_too(name, forced, monkeypatch):
+    monkeypatch.setattr(fanout, "SLAB", 1 << 16)
+    alone, _ = forced(EXTERNAL_TRACES / name, 0)
+    fanned, forked = forced(EXTERNAL_TRACES / name, 2)
+    assert forked and model(fanned) == model(alone)
+
+
+def _trace(tmp_path, events: list, text=None) -> str:
+    path = tmp_path / "t.json.gz"
+    body = text if text is not None else json.dumps({"traceEvents": events}, indent=1)
+    with gzip.open(path, "wt") as f:
+        f.write(body)
+    return str(path)
+
+
+def _ops(n: int, name=lambda i: f"aten::op{i % 7}") -> list:
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": name(i), "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5}
+        for i in range(n)
+    ]
+
+
+def test_a_slab_cut_inside_a_string_is_read_again_in_one_process(tmp_path, forced, monkeypatch):
+    """Names holding `}, {` put the slab's boundary inside a string: the workers refuse the
+    slab, and the trace read again whole is the trace, not an error."""
+    trick = _ops(3000, name=lambda i: f"aten::x{'}, {' * 300 if i % 50 == 0 else ''}{i % 3}")
+    path = _trace(tmp_path, trick)
+    alone, _ = forced(path, 0)
+    reads = []
+    once = loader._load
+    monkeypatch.setattr(loader, "_load", lambda p, m, fan: reads.append(fan) or once(p, m, fan))
+    fanned, forked = forced(path, 2)
+    assert forked and reads == [True, False]  # refused, then read in one process
+    assert model(fanned) == model(alone)
+    assert sum(len(s.cpu_ops) for s in fanned.steps) == 3000
+    assert no_children_left()
+
+
+def test_damage_past_the_first_slabs_is_named_as_in_one_process(tmp_path, forced):
+    text = json.dumps({"traceEvents": _ops(3000)}, indent=1)
+    cut = text.index('"ts": 20000')
+    damaged = _trace(tmp_path, [], text=text[:cut] + '"ts": 2x0000' + text[cut + 11 :])
+    messages = []
+    for workers in (0, 2):
+        with pytest.raises(TraceError) as err:
+            forced(damaged, workers)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "not valid JSON" in messages[0]
+    assert no_children_left()
+
+
+def test_a_process_with_threads_reads_in_one(monkeypatch):
+    """A lesson reads its trace back with torch's threads running: fork would copy one thread
+    and leave the others' locks held, so it never forks there."""
+    monkeypatch.delenv(fanout.ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(fanout.sys, "platform", "linux")
+    assert fanout.workers() == fanout.MAX_WORKERS
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert fanout.workers() == 0
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.setenv(fanout.ENV, "0")
+    assert fanout.workers() == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the workers fork on Linux only")
+@pytest.mark.parametrize("how", ["Ctrl-C to the group", "SIGKILL to the reader"])
+def test_no_worker_outlives_its_reader(how, tmp_path):
+    """Ctrl-C reaches every process of the group: the reader says one line and exits 130, the
+    workers (which ignore it) are reaped. A reader killed outright leaves its workers a closed
+    pipe: they exit by themselves."""
+    path = _trace(tmp_path, _ops(60_000))
+    code = (
+        "import sys; from tracereader.trace import fanout; fanout.AFTER = 0; fanout.SLAB = 512;"
+        "from tracereader.commands import explain; explain.cli()"
+    )
+    env = {**os.environ, fanout.ENV: "2"}
+    reader = subprocess.Popen(
+        [sys.executable, "-c", code, path], env=env, cwd=ROOT, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while len(_running(path)) < 3 and reader.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert reader.poll() is None, "read before the workers were seen"
+        if how == "Ctrl-C to the group":
+            os.killpg(reader.pid, signal.SIGINT)
+            _, err = reader.communicate(timeout=30)
+            assert reader.returncode == 130 and err.strip().count("\n") == 0
+        else:
+            reader.kill()
+            reader.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while _running(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(path)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(reader.pid, signal.SIGKILL)
+
+
+def _running(marker: str) -> list[str]:
+    """The processes whose command line names `marker` (zombies not counted: they are gone)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(pid)
+    return found

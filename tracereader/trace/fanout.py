@@ -1,0 +1,223 @@
+"""A large trace's events decoded and kept on every core: trace.load reads the text and cuts
+it into slabs of whole events; forked workers decode each slab (the stdlib's decoder, the
+largest cost of reading) and keep its events (`Events.take`, the next largest); the loading
+process absorbs their results in the file's order, so the model is the one a single process
+builds (the tests compare them event by event).
+
+Only where it is safe and pays: Linux (fork), a process with one thread (a lesson has torch's
+threads: it reads serially), at least LEAST_CORES cores, and a trace with more than AFTER
+characters left to read. A slab the workers cannot read (a boundary cut inside a string, damage) raises
+Refused, and load reads the whole file again in one process, which finds and names the damage.
+Ctrl-C reaches the loading process only (workers ignore it); when it ends for any reason, the
+workers see their pipe close and exit, and are reaped."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+import threading
+
+from tracereader.trace.events import Events
+from tracereader.trace.model import EMPTY, CpuOp, GpuItem, Module, RuntimeCall
+
+SLAB = 1 << 20  # characters a worker decodes at a time
+AFTER = 1 << 23  # characters read in one process first: a smaller trace never forks
+MAX_WORKERS = 8  # past this the loading process, which absorbs every result, is the limit
+LEAST_CORES = 4  # with two, the loading process's own share leaves too little to gain
+ENV = "TRACEREADER_WORKERS"  # a number of workers; 0 reads in one process
+_decode = json.JSONDecoder().raw_decode
+
+
+class Refused(Exception):
+    """A worker could not read its slab."""
+
+
+def workers() -> int:
+    """How many workers to fork: 0 where it is unsafe or would not pay."""
+    wanted = os.environ.get(ENV, "")
+    if wanted.isdigit():
+        return min(int(wanted), MAX_WORKERS)
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return 0  # fork copies one thread only: another's locks would stay held in the child
+    cores = len(os.sched_getaffinity(0))
+    return min(cores, MAX_WORKERS) if cores >= LEAST_CORES else 0
+
+
+def start(events: Events) -> Workers | None:
+    n = workers()
+    return Workers(events, n) if n else None
+
+
+class Workers:
+    """Forked workers, one slab in flight each, results absorbed in the order sent."""
+
+    def __init__(self, events: Events, n: int):
+        self.events = events
+        self.pids: list[int] = []
+        self.to: list = []  # the pipe a worker reads its slabs from
+        self.back: list = []  # the pipe it writes its results to
+        self.sent = self.done = 0
+        for _ in range(n):
+            slab_r, slab_w = os.pipe()
+            result_r, result_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # never returns
+                ends = [slab_w, result_r, *self._fds()]  # the loading process's ends
+                _worker(slab_r, result_w, events.memory is not None, ends)
+            os.close(slab_r)
+            os.close(result_w)
+            self.pids.append(pid)
+            self.to.append(os.fdopen(slab_w, "wb"))
+            self.back.append(os.fdopen(result_r, "rb"))
+
+    def _fds(self) -> list[int]:
+        return [f.fileno() for f in self.to + self.back]
+
+    def send(self, text: str) -> None:
+        if self.sent - self.done == len(self.pids):
+            self._absorb_oldest()  # frees the worker this slab goes to
+        data = text.encode("utf-8", "surrogatepass")
+        out = self.to[self.sent % len(self.pids)]
+        out.write(len(data).to_bytes(8, "little"))
+        out.write(data)
+        out.flush()
+        self.sent += 1
+
+    def drain(self) -> None:
+        while self.done < self.sent:
+            self._absorb_oldest()
+
+    def _absorb_oldest(self) -> None:
+        back = self.back[self.done % len(self.pids)]
+        head = back.read(8)
+        data = back.read(int.from_bytes(head, "little")) if len(head) == 8 else b""
+        self.done += 1
+        if not data:
+            raise Refused("a worker ended")
+        part = pickle.loads(data)
+        if part is None:
+            raise Refused("a slab that does not decode")
+        absorb(self.events, part)
+
+    def close(self) -> None:
+        for f in self.to + self.back:
+            f.close()
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)  # one may be mid-slab: its result is not wanted
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        self.pids = []
+
+
+def _worker(slab_r: int, result_w: int, memory: bool, inherited: list[int]) -> None:
+    """A worker's life: slabs in, each one's events out, until the pipe closes."""
+    code = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loading process's
+        for fd in inherited:  # held here, they would keep this pipe open past the parent's end
+            os.close(fd)
+        inp, out = os.fdopen(slab_r, "rb"), os.fdopen(result_w, "wb")
+        cache = Events()
+        while True:
+            head = inp.read(8)
+            if len(head) < 8:
+                break
+            text = inp.read(int.from_bytes(head, "little")).decode("utf-8", "surrogatepass")
+            data = pickle.dumps(_read(text, memory, cache), pickle.HIGHEST_PROTOCOL)
+            out.write(len(data).to_bytes(8, "little"))
+            out.write(data)
+            out.flush()
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)  # nothing of the parent's (atexit, buffers) runs twice
+
+
+class _Forward(list):
+    """In a worker, the allocator's events passed on whole: the loading process's collector
+    numbers and checks them in file order."""
+
+    take = list.append
+
+
+def _read(text: str, memory: bool, cache: Events) -> tuple | None:
+    try:
+        decoded, end = _decode(f"[{text}]")
+    except (ValueError, RecursionError):  # damage, an integer too long, or a bad cut
+        return None
+    if end != len(text) + 2:
+        return None
+    events = cache.fresh()
+    if memory:
+        events.memory = _Forward()
+    for event in decoded:
+        events.take(event)
+    return export(events)
+
+
+def export(ev: Events) -> tuple:
+    """A worker's events as columns of plain values: cheap to pickle, and rebuilt as the
+    model's objects by `absorb`; args as indices into a table of their items (-1: none)."""
+    table: dict[int, int] = {id(EMPTY): -1}
+    rows: list[tuple] = []
+
+    def ref(args) -> int:
+        found = table.get(id(args))
+        if found is None:
+            found = table[id(args)] = len(rows)
+            rows.append(tuple(args.items()))
+        return found
+
+    ops = {
+        t: ([o.name for o in v], [o.ts for o in v], [o.dur for o in v], [ref(o.args) for o in v])
+        for t, v in ev.ops.items()
+    }
+    calls = {
+        t: ([c.name for c in v], [c.ts for c in v], [c.dur for c in v]) for t, v in ev.calls.items()
+    }
+    where = {id(c): (t, i) for t, v in ev.calls.items() for i, c in enumerate(v)}
+    linked = [(corr, *where[id(c)]) for corr, c in ev.by_correlation.items()]
+    items = [(g.name, g.kind, g.ts, g.dur, ref(g.args), g.correlation) for g in ev.items]
+    modules = {t: [(m.name, m.ts, m.dur) for m in v] for t, v in ev.modules.items()}
+    memory = list(ev.memory) if ev.memory is not None else None
+    return (
+        ev.seen, dict(ev.skipped), ev.steps, list(ev.annotations), rows,
+        ops, calls, linked, items, modules, memory,
+    )  # fmt: skip
+
+
+def absorb(ev: Events, part: tuple) -> None:
+    """A worker's `export`, appended to `ev` as if its events had been taken here."""
+    seen, skipped, steps, annotations, rows, ops, calls, linked, items, modules, memory = part
+    ev.seen += seen
+    ev.skipped.update(skipped)
+    ev.steps += steps
+    ev.annotations.update(annotations)
+    args = [ev.kept(row) for row in rows]
+    args.append(EMPTY)  # index -1
+    intern = ev._names.setdefault
+    for thread, (n, ts, dur, refs) in ops.items():
+        ev.ops.setdefault(thread, []).extend(
+            map(CpuOp, map(intern, n, n), ts, dur, map(args.__getitem__, refs))
+        )
+    start: dict = {}
+    for thread, (n, ts, dur) in calls.items():
+        out = ev.calls.setdefault(thread, [])
+        start[thread] = len(out)
+        out.extend(map(RuntimeCall, map(intern, n, n), ts, dur))
+    for corr, thread, i in linked:
+        ev.by_correlation[corr] = ev.calls[thread][start[thread] + i]
+    for name, kind, ts, dur, r, corr in items:
+        kept = args[r]
+        name = intern(name, name)
+        ev.items.append(GpuItem(name, kind, ts, dur, ev.klass(name, kept), kept, corr))
+    for thread, rows_ in modules.items():
+        ev.modules.setdefault(thread, []).extend(Module(intern(n, n), ts, d) for n, ts, d in rows_)
+    if memory is not None:
+        for event in memory:
+            ev.memory.take(event)
