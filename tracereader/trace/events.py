@@ -58,10 +58,10 @@ MAX_ELEMENTS = 2**63  # a tensor's dims and element count are int64: past them, 
 def _number(value) -> float | None:
     """A finite float from a JSON number, or None (strings, bools, NaN, Infinity)."""
     kind = type(value)
-    if kind is float:
-        return value if -MAX_ABS_TS < value < MAX_ABS_TS else None  # False for NaN too
     if kind is int:
         return float(value) if -MAX_ABS_TS < value < MAX_ABS_TS else None
+    if kind is float:
+        return value if -MAX_ABS_TS < value < MAX_ABS_TS else None  # False for NaN too
     return None
 
 
@@ -121,83 +121,88 @@ class Events:
             self._names[raw] = name
         return name
 
-    def take(self, event) -> None:
-        # Called once per event of the file: the common case is kept to few Python calls.
-        self.seen += 1
-        if type(event) is not dict:
-            self.skipped["not an object"] += 1
-            return
-        if event.get("ph") != "X":
-            if self.memory is not None and event.get("name") == "[memory]":
-                self.memory.take(event)
-            return
-        cat = event.get("cat")
-        group = _GROUP.get(cat) if type(cat) is str else None
-        if group is None:
-            return
-        name = event.get("name")
-        if group == 3 and (type(name) is not str or not name.startswith(MODULE_PREFIX)):
-            return  # with_stack's other Python frames: many, and not read
-        if type(name) is not str:
-            self.skipped["no name" if name is None else "a name that is not a string"] += 1
-            return
-        ts = event.get("ts")
-        if type(ts) is not float or not -MAX_ABS_TS < ts < MAX_ABS_TS:
-            ts = _number(ts)
-            if ts is None:
-                self.skipped["no finite numeric ts"] += 1
-                return
-        dur = event.get("dur")
-        if type(dur) is not float or not 0 <= dur < MAX_DUR:
-            dur = _number(dur)
-            if dur is None or not 0 <= dur < MAX_DUR:
-                self.skipped["no finite, non-negative numeric dur"] += 1
-                return
-        args = event.get("args")
-        if args is None:
-            args = {}
-        elif type(args) is not dict:
-            self.skipped["args that are not an object"] += 1
-            return
-        found = self._names.get(name)
-        name = self.name(name) if found is None else found
-        if group == 2:
-            self._gpu(name, GPU_CATEGORIES[cat], ts, dur, args)
-            return
-        pid, tid = event.get("pid"), event.get("tid")
-        if type(pid) not in _ID_TYPES or type(tid) not in _ID_TYPES:
-            self.skipped["a pid or tid that is not a number or string"] += 1
-            return
-        thread = (pid, tid)
-        if group == 1:
-            call = RuntimeCall(name, ts, dur)
-            calls = self.calls.get(thread)
-            if calls is None:
-                calls = self.calls[thread] = []
-            calls.append(call)
-            corr = args.get("correlation")
-            if type(corr) is int:  # only a real id links: no None, bool or string keys
-                self.by_correlation[corr] = call
-        elif group == 3:
-            modules = self.modules.get(thread)
-            if modules is None:
-                modules = self.modules[thread] = []
-            modules.append(Module(self.name(name[len(MODULE_PREFIX) :]), ts, dur))
-        elif name.startswith("ProfilerStep#"):  # user_annotation; cpu_op in older torch
-            self.steps.append((ts, dur, name, thread))
+    # long: one loop over a batch of the file's events, each kept to few Python calls
+    def take(self, batch: list) -> None:
+        """Keep what the reader uses of `batch`, events in the file's order."""
+        self.seen += len(batch)
+        skipped, interned, memory = self.skipped, self._names.get, self.memory
+        for event in batch:
+            if type(event) is not dict:
+                skipped["not an object"] += 1
+                continue
+            get = event.get
+            if get("ph") != "X":
+                if memory is not None and get("name") == "[memory]":
+                    memory.take(event)
+                continue
+            cat = get("cat")
+            group = _GROUP.get(cat) if type(cat) is str else None
+            if group is None:
+                continue
+            name = get("name")
+            if group == 3 and (type(name) is not str or not name.startswith(MODULE_PREFIX)):
+                continue  # with_stack's other Python frames: many, and not read
+            if type(name) is not str:
+                skipped["no name" if name is None else "a name that is not a string"] += 1
+                continue
+            ts, dur = get("ts"), get("dur")
+            if type(ts) is not float or not -MAX_ABS_TS < ts < MAX_ABS_TS:
+                ts = _number(ts)
+                if ts is None:
+                    skipped["no finite numeric ts"] += 1
+                    continue
+            if type(dur) is not float or not 0 <= dur < MAX_DUR:
+                dur = _number(dur)
+                if dur is None or not 0 <= dur < MAX_DUR:
+                    skipped["no finite, non-negative numeric dur"] += 1
+                    continue
+            args = get("args")
+            if args is None:
+                args = {}
+            elif type(args) is not dict:
+                skipped["args that are not an object"] += 1
+                continue
+            found = interned(name)
+            name = self.name(name) if found is None else found
+            if group == 2:
+                self._gpu(name, GPU_CATEGORIES[cat], ts, dur, args)
+                continue
+            pid, tid = get("pid"), get("tid")
+            if type(pid) not in _ID_TYPES or type(tid) not in _ID_TYPES:
+                skipped["a pid or tid that is not a number or string"] += 1
+                continue
+            if group == 0 and not name.startswith("ProfilerStep#"):
+                self._op(name, cat, ts, dur, args, (pid, tid))
+            elif group == 1:
+                call = RuntimeCall(name, ts, dur)
+                calls = self.calls.get((pid, tid))
+                if calls is None:
+                    calls = self.calls[(pid, tid)] = []
+                calls.append(call)
+                corr = args.get("correlation")
+                if type(corr) is int:  # only a real id links: no None, bool or string keys
+                    self.by_correlation[corr] = call
+            elif group == 3:
+                modules = self.modules.get((pid, tid))
+                if modules is None:
+                    modules = self.modules[(pid, tid)] = []
+                modules.append(Module(self.name(name[len(MODULE_PREFIX) :]), ts, dur))
+            else:  # user_annotation; cpu_op in older torch
+                self.steps.append((ts, dur, name, (pid, tid)))
+
+    def _op(self, name: str, cat: str, ts: float, dur: float, args: dict, thread) -> None:
+        ops = self.ops.get(thread)
+        if ops is None:
+            ops = self.ops[thread] = []
+        if cat == "user_annotation":
+            self.annotations.add(name)
+        if "Input Dims" in args or "Input type" in args or "Collective name" in args:
+            kept = self._cpu_args(args)
+            if name in CAST_OPS:  # the dtype cast to: record_shapes' second concrete input
+                kept = self._with_target(kept, args.get("Concrete Inputs"))
+            ops.append(CpuOp(name, ts, dur, kept))
         else:
-            ops = self.ops.get(thread)
-            if ops is None:
-                ops = self.ops[thread] = []
-            if cat == "user_annotation":
-                self.annotations.add(name)
-            if "Input Dims" in args or "Input type" in args or "Collective name" in args:
-                kept = self._cpu_args(args)
-                if name in CAST_OPS:  # the dtype cast to: record_shapes' second concrete input
-                    kept = self._with_target(kept, args.get("Concrete Inputs"))
-                ops.append(CpuOp(name, ts, dur, kept))
-            else:
-                ops.append(CpuOp(name, ts, dur))
+            ops.append(CpuOp(name, ts, dur))
 
     def _cpu_args(self, args: dict):
         dims, types = args.get("Input Dims"), args.get("Input type")

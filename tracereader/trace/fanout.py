@@ -6,8 +6,9 @@ builds (the tests compare them event by event).
 
 Only where it is safe and pays: Linux (fork), a process with one thread (a lesson has torch's
 threads: it reads serially), at least LEAST_CORES cores, and a trace with more than AFTER
-characters left to read. A slab the workers cannot read (a boundary cut inside a string, damage) raises
-Refused, and load reads the whole file again in one process, which finds and names the damage.
+characters left to read. A slab the workers cannot read (a boundary cut inside a string,
+damage) raises Refused, and load reads the whole file again in one process, which finds and
+names the damage.
 Ctrl-C reaches the loading process only (workers ignore it); when it ends for any reason, the
 workers see their pipe close and exit, and are reaped."""
 
@@ -155,8 +156,7 @@ def _read(text: str, memory: bool, cache: Events) -> tuple | None:
     events = cache.fresh()
     if memory:
         events.memory = _Forward()
-    for event in decoded:
-        events.take(event)
+    events.take(decoded)
     return export(events)
 
 

@@ -348,12 +348,7 @@ def _event_list(text: _Text, events: Events, fan: bool) -> None:
             else:
                 if workers:
                     workers.drain()  # what was sent comes first
-                batch = text.batch()
-                if batch:
-                    for event in batch:
-                        take(event)
-                else:
-                    take(text.value())
+                take(text.batch() or [text.value()])
             if text.expect(",]") == "]":
                 if workers:
                     workers.drain()
