@@ -14,7 +14,7 @@ import statistics
 from collections import Counter
 
 from tracereader.analyses import breakdown, idle
-from tracereader.trace.model import Step, Trace
+from tracereader.trace.model import Step, Trace, per_step
 
 PHASES = ("prefill", "decode")
 # idle.bound's label (the one rule, also the [bound] finding's) as a generation's verdict
@@ -29,8 +29,10 @@ GEMM_OPS = ("aten::mm", "aten::addmm")
 ATTENTION_OP = "aten::scaled_dot_product_attention"
 
 
+@per_step  # the summary, the findings and the phases' reading each ask, over every op
 def split(trace: Trace) -> dict[str, list[Step]]:
-    """The recorded steps by the phase annotation they hold ({} for a trace with neither)."""
+    """The recorded steps by the phase annotation they hold ({} for a trace with neither);
+    kept in the trace's memo: read it, never change it."""
     found: dict[str, list[Step]] = {p: [] for p in PHASES}
     for step in trace.steps:
         names = {op.name for op in step.cpu_ops if op.depth <= 1}

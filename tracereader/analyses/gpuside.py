@@ -135,16 +135,16 @@ def _size(item) -> int | None:
     return max((math.prod(d) for d in dims or () if d), default=None)
 
 
-def _is_chain(run: list) -> bool:
+def _is_chain(run: list, sizes: list) -> bool:
+    """`sizes`: each item's _size, read once as the run grew."""
     plain = [i for i in run if i.klass.cls == "elementwise"]
-    sizes = {_size(i) for i in run} - {None}
     names = {i.launched_by for i in plain}
-    return len(plain) >= CHAIN and len(names) >= 2 and len(sizes) <= 2
+    return len(plain) >= CHAIN and len(names) >= 2 and len(set(sizes) - {None}) <= 2
 
 
 def _chains(s: Step, optimizer) -> list[list]:
     """`optimizer`: the innermost optimizer region around an op (_in_optimizer)."""
-    out, run = [], []
+    out, run, sizes = [], [], []
     for item in s.gpu:  # launch order
         if item.kind == "memset":
             continue
@@ -153,14 +153,16 @@ def _chains(s: Step, optimizer) -> list[list]:
             and item.klass.cls in CHAIN_CLASSES
             and optimizer(item.launcher) is None
         ):
-            if run and _size(item) not in (None, _size(run[-1])) and len(run) < CHAIN:
-                run = []  # another tensor's work: a run starts again
+            size = _size(item)
+            if run and size not in (None, sizes[-1]) and len(run) < CHAIN:
+                run, sizes = [], []  # another tensor's work: a run starts again
             run.append(item)
+            sizes.append(size)
             continue
-        if _is_chain(run):
+        if _is_chain(run, sizes):
             out.append(run)
-        run = []
-    if _is_chain(run):
+        run, sizes = [], []
+    if _is_chain(run, sizes):
         out.append(run)
     return out
 

@@ -157,11 +157,18 @@ def _root(op: CpuOp) -> bool:
 def _within(ops: list[CpuOp], parts: list) -> list[float]:
     """Per op, the length of its span inside `parts` (sorted, disjoint intervals)."""
     ends = [b for _, b in parts]
+    n = len(parts)
     out = []
-    for op in ops:
-        us, j = 0.0, bisect_right(ends, op.ts)
-        while j < len(parts) and parts[j][0] < op.end:
-            us += max(min(parts[j][1], op.end) - max(parts[j][0], op.ts), 0.0)
+    for op in ops:  # every op a step's loop called: the min/max of each overlap inlined
+        ts = op.ts
+        end = op.end
+        us, j = 0.0, bisect_right(ends, ts)
+        while j < n:
+            start, stop = parts[j]
+            if not start < end:
+                break
+            length = (end if end < stop else stop) - (ts if ts > start else start)
+            us += 0.0 if 0.0 > length else length  # max(length, 0.0)
             j += 1
         out.append(us)
     return out
@@ -226,15 +233,16 @@ def step(s: Step, trace: Trace) -> dict:
     user, by = _user_code(s, region_names - loading - stepping, span)
     take("user code", user, by)
     region = [op.name in region_names for op in ops]
-    regions = _regions(region_names)
+    # every op's answer in one pass (ops in start order: parents first), read by op.index
+    regions = _regions(region_names).each(ops)
     calls = [
         op
         for op, r in zip(ops, region, strict=True)
-        if not r and (op.parent is None or regions(op.parent)[0])
+        if not r and (op.parent is None or regions[op.parent.index][0])
     ]
     by = Counter()  # by the outermost region holding the op (the loop's forward), else op
     for op, us in zip(calls, _within(calls, left), strict=True):
-        by[regions(op)[1].name] += us
+        by[regions[op.index][1].name] += us
     take("dispatch", [(op.ts, op.end) for op in calls], by)
     tops = [op for op, r in zip(ops, region, strict=True) if r and op.parent is None]
     by = Counter()

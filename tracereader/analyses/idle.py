@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 from tracereader.analyses import syncs
 from tracereader.trace.model import Trace
@@ -55,24 +56,20 @@ def _read(trace: Trace):
     return found
 
 
-def _launch(item) -> float:
-    """When the host launched it; GPU work whose launch the trace does not hold was launched
-    before the recording began (a warm-up's queued replays, whose kernels run on into the
-    first recorded step): earlier than any step, so no step's window counts it as its own."""
-    return item.call.ts if item.call is not None else float("-inf")
-
-
 def _compute(trace: Trace):
     steps = trace.steps
     items = trace.gpu_all  # in start order
     # Ends of the GPU work by launch time, as a running maximum: the end of all work launched
-    # before t is ends_max[bisect_left(launches, t) - 1].
-    by_launch = sorted(items, key=_launch)
-    launches = [_launch(i) for i in by_launch]
-    ends_max, top = [], float("-inf")
-    for item in by_launch:
-        top = max(top, item.ts + item.dur)
-        ends_max.append(top)
+    # before t is ends_max[bisect_left(launches, t) - 1]. Each item's launch is when the host
+    # launched it; GPU work whose launch the trace does not hold was launched before the
+    # recording began (a warm-up's queued replays, whose kernels run on into the first
+    # recorded step): earlier than any step, so no step's window counts it as its own.
+    inf = float("inf")
+    launch_of = [i.call.ts if i.call is not None else -inf for i in items]
+    ends_of = [i.ts + i.dur for i in items]
+    order = sorted(range(len(items)), key=launch_of.__getitem__)  # stable: ties keep file order
+    launches = [launch_of[k] for k in order]
+    ends_max = list(accumulate(map(ends_of.__getitem__, order), max))  # first on ties, as max
 
     def end_before(t: float, inclusive: bool = False) -> float:
         k = (bisect_right if inclusive else bisect_left)(launches, t)
@@ -83,54 +80,75 @@ def _compute(trace: Trace):
         last = steps[-1]
         starts.append(max(last.end, end_before(last.end, inclusive=True), starts[-1]))
     bounds = [(starts[k], starts[k + 1]) for k in range(len(steps))]
+    union = _union([i.ts for i in items], ends_of, launch_of)
+    return bounds, [_row(lo, hi, *union) for lo, hi in bounds]
 
-    # The union of all GPU work, each interval with the launch of the item that opens it.
-    union: list[list[float]] = []  # [start, end, launch of the first item]
-    for item in items:
-        if union and item.ts <= union[-1][1]:
-            union[-1][1] = max(union[-1][1], item.ts + item.dur)
+
+def _union(starts, ends, launch_of) -> tuple[list[float], list[float], list[float]]:
+    """The union of all GPU work (its starts and ends, in start order), each interval with
+    the launch of the item that opens it: its starts, ends and those launches, as three lists
+    (the walk in _row reads them by index, no interval object to unpack)."""
+    opens: list[float] = []
+    closes: list[float] = []
+    firsts: list[float] = []
+    end = float("-inf")  # no interval yet: every start (finite) opens the first
+    for ts, stop, launch in zip(starts, ends, launch_of, strict=True):
+        if ts <= end:
+            if stop > end:  # max(end, stop)
+                end = closes[-1] = stop
         else:
-            union.append([item.ts, item.ts + item.dur, _launch(item)])
-    opens = [u[0] for u in union]
+            end = stop
+            opens.append(ts)
+            closes.append(stop)
+            firsts.append(launch)
+    return opens, closes, firsts
 
-    rows = []
-    for lo, hi in bounds:
-        busy = host = kernel = other = edge = 0.0
-        k = max(bisect_right(opens, lo) - 1, 0)
-        cursor = lo
-        while cursor < hi:
-            if k < len(union) and union[k][1] <= cursor:
+
+_BEFORE, _AFTER = float("-inf"), float("inf")  # no GPU work before, after the gap
+
+
+def _row(lo: float, hi: float, opens, closes, firsts) -> dict:
+    """One step's window [lo, hi) walked along the union: its busy time and its gaps, each
+    classed by the interval that ends it."""
+    busy = host = kernel = other = edge = 0.0
+    n = len(opens)
+    k = max(bisect_right(opens, lo) - 1, 0)
+    cursor = lo
+    while cursor < hi:
+        if k < n:
+            if closes[k] <= cursor:
                 k += 1
                 continue
-            if k < len(union) and union[k][0] <= cursor:  # inside a busy interval
-                stop = min(union[k][1], hi)
+            if opens[k] <= cursor:  # inside a busy interval
+                stop = closes[k]
+                if hi < stop:  # min(stop, hi)
+                    stop = hi
                 busy += stop - cursor
                 cursor = stop
                 continue
-            # a gap: from the previous interval's end (or -inf) to the next one's start
-            gap_start = union[k - 1][1] if k > 0 else float("-inf")
-            gap_end = union[k][0] if k < len(union) else float("inf")
-            stop = min(gap_end, hi)
-            part = stop - cursor
-            if k >= len(union) or gap_start == float("-inf"):
-                host += part  # before the trace's first GPU work or after its last
-                edge += part
-            elif union[k][2] > gap_start:
-                host += part  # nothing queued: the next work was launched after the GPU freed
-            elif gap_end - gap_start < KERNEL_WAIT_US:
-                kernel += part
-            else:
-                other += part
-            cursor = stop
-        rows.append({
-            "window_us": hi - lo,
-            "busy_us": busy,
-            "host_wait_us": host,
-            "kernel_wait_us": kernel,
-            "other_us": other,
-            "edge_us": edge,  # host wait at the trace's ends, no GPU work on one side of it
-        })  # fmt: skip
-    return bounds, rows
+        # a gap: from the previous interval's end (or -inf) to the next one's start
+        gap_start = closes[k - 1] if k > 0 else _BEFORE
+        gap_end = opens[k] if k < n else _AFTER
+        stop = hi if hi < gap_end else gap_end  # min(gap_end, hi)
+        part = stop - cursor
+        if k >= n or gap_start == _BEFORE:
+            host += part  # before the trace's first GPU work or after its last
+            edge += part
+        elif firsts[k] > gap_start:
+            host += part  # nothing queued: the next work was launched after the GPU freed
+        elif gap_end - gap_start < KERNEL_WAIT_US:
+            kernel += part
+        else:
+            other += part
+        cursor = stop
+    return {
+        "window_us": hi - lo,
+        "busy_us": busy,
+        "host_wait_us": host,
+        "kernel_wait_us": kernel,
+        "other_us": other,
+        "edge_us": edge,  # host wait at the trace's ends, no GPU work on one side of it
+    }
 
 
 def bound(trace: Trace) -> dict | None:

@@ -23,20 +23,26 @@ def out_of_order(trace: Trace) -> list[dict]:
     earlier on it ends (`inside`: how many such), most first; [] for a trace a GPU could have
     run."""
     by_stream: dict[tuple, list[tuple[float, float]]] = {}
-    for item in trace.gpu_all:
-        if item.stream is None or item.runtime.startswith(GRAPH_LAUNCH):
+    for item in trace.gpu_all:  # every GPU event: item.stream's lookup inlined
+        args = item.args
+        stream = args.get("stream")
+        if stream is None or item.runtime.startswith(GRAPH_LAUNCH):
             continue
-        key = (item.args.get("device"), item.stream)
-        by_stream.setdefault(key, []).append((item.ts, -(item.ts + item.dur)))
+        key = (args.get("device"), stream)
+        spans = by_stream.get(key)
+        if spans is None:
+            spans = by_stream[key] = []
+        spans.append((item.ts, -(item.ts + item.dur)))
     found = []
     for (device, stream), spans in by_stream.items():
         spans.sort()  # by start; of two that start together, the longer first
-        inside, end = 0, None
-        for start, minus_end in spans:
+        inside, end = 0, -spans[0][1]  # the first span's end: nothing before it to be inside
+        for start, minus_end in spans[1:]:
             stop = -minus_end
-            if end is not None and start < end - ROUNDING_US and stop <= end:
+            if start < end - ROUNDING_US and stop <= end:
                 inside += 1
-            end = stop if end is None else max(end, stop)
+            if stop > end:  # max(end, stop)
+                end = stop
         if inside:
             found.append({"device": device, "stream": stream, "inside": inside})
     return sorted(found, key=lambda f: -f["inside"])

@@ -454,7 +454,9 @@ def _below_each(step: Step) -> dict[CpuOp, tuple[int, bool, float]]:
     op's subtree instead is quadratic in the depth of a nest where every op launches."""
     below: dict[CpuOp, tuple[int, bool, float]] = {}
     for op in reversed(step.cpu_ops):  # children come after their parent in start order
-        if op.parent is None:
+        # An op whose subtree launched nothing (op.below, the model's mask: most ops of a
+        # large trace) would add nothing to its parent but the default entry `get` answers.
+        if op.parent is None or not op.below:
             continue
         n, gemm, longest = below.get(op, (0, False, -math.inf))
         for i in op.launched:

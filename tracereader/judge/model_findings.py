@@ -157,6 +157,8 @@ def _weight_casts(trace: Trace) -> Finding | None:
     for step in trace.steps:
         us, count = 0.0, 0
         for op in step.cpu_ops:
+            if "Cast to" not in op.args:
+                continue  # no target dtype recorded (most ops): cast() would read none
             source, target, _ = cast(op)
             dims = op.args.get("Input Dims") or ()
             if source == "fp32" and target in ("bf16", "fp16") and dims and len(dims[0]) == 2:

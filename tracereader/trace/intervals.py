@@ -32,32 +32,51 @@ def length(merged: list[Interval]) -> float:
 
 def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
     """Where two unions (sorted, disjoint) overlap, as a union."""
-    i = j = 0
     out: list[Interval] = []
-    while i < len(a) and j < len(b):
-        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+    if not a or not b:
+        return out
+    # Unpacked once per step of the walk: called on whole traces' unions, where indexing and
+    # max/min calls per pair cost more than the walk itself. The conditionals pick what
+    # max/min would (the first on ties).
+    i = j = 0
+    n_a, n_b = len(a), len(b)
+    a_start, a_end = a[0]
+    b_start, b_end = b[0]
+    while True:
+        start = b_start if b_start > a_start else a_start
+        end = b_end if b_end < a_end else a_end
         if end > start:
             out.append((start, end))
-        if a[i][1] < b[j][1]:
+        if a_end < b_end:
             i += 1
+            if i == n_a:
+                return out
+            a_start, a_end = a[i]
         else:
             j += 1
-    return out
+            if j == n_b:
+                return out
+            b_start, b_end = b[j]
 
 
 def subtract(a: list[Interval], b: list[Interval]) -> list[Interval]:
     """The parts of union `a` outside union `b` (both sorted, disjoint)."""
     out: list[Interval] = []
     j = 0
+    n_b = len(b)
     for start, end in a:
         cursor = start
-        while j < len(b) and b[j][1] <= cursor:
+        while j < n_b and b[j][1] <= cursor:
             j += 1
         k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cursor:
-                out.append((cursor, b[k][0]))
-            cursor = max(cursor, b[k][1])
+        while k < n_b:
+            b_start, b_end = b[k]
+            if not b_start < end:  # as the loop's test was written: NaN stops it too
+                break
+            if b_start > cursor:
+                out.append((cursor, b_start))
+            if b_end > cursor:  # max(cursor, b_end), the first on ties
+                cursor = b_end
             k += 1
         if cursor < end:
             out.append((cursor, end))
