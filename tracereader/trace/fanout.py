@@ -24,9 +24,12 @@ import threading
 from tracereader.trace.events import Events
 from tracereader.trace.model import EMPTY, CpuOp, GpuItem, Module, RuntimeCall
 
-SLAB = 1 << 20  # characters a worker decodes at a time
-AFTER = 1 << 23  # characters read in one process first: a smaller trace never forks
-MAX_WORKERS = 8  # past this the loading process, which absorbs every result, is the limit
+SLAB = 1 << 18  # characters a worker decodes at a time (its dicts: ten times as many bytes)
+AFTER = 1 << 21  # characters read in one process first: a smaller trace never forks
+# Each worker costs 6-8 MB of its own (the pages its objects land on, copied from the parent's
+# heap); past four the loading process (it absorbs every result) is the limit, and 1 MB slabs
+# cost a third more memory for no speed (H200 host, docs/reader_vs_hta.md).
+MAX_WORKERS = 4
 LEAST_CORES = 4  # with two, the loading process's own share leaves too little to gain
 ENV = "TRACEREADER_WORKERS"  # a number of workers; 0 reads in one process
 _decode = json.JSONDecoder().raw_decode
