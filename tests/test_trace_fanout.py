@@ -62,6 +62,7 @@ def model(trace) -> list:
     memory = trace.memory
     if memory is not None:
         out.append((list(memory.ts), list(memory.bytes), list(memory.addr), memory.devices))
+        out.append((list(memory.device), list(memory.allocated), list(memory.malformed.items())))
         out.append([op(o) for o in memory.op])
     return out
 
@@ -139,6 +140,42 @@ def test_a_slab_cut_inside_a_string_is_read_again_in_one_process(tmp_path, force
     assert model(fanned) == model(alone)
     assert sum(len(s.cpu_ops) for s in fanned.steps) == 3000
     assert no_children_left()
+
+
+@pytest.mark.parametrize("devices", [3, 40])  # 40: past the bound, which file order decides
+def test_allocator_events_are_numbered_and_bounded_as_in_one_process(devices, tmp_path, forced):
+    """Memory events spread over the slabs, some without Ev Idx (numbered by their place in the
+    file), some malformed, on several threads and devices, each linked to the op open then."""
+    events = _ops(2000)
+    for i in range(3000):
+        args = {
+            "Addr": 4096 * (i % 50),
+            "Bytes": 512 if i % 2 else -512,
+            "Total Allocated": i,
+            "Total Reserved": 1 << 20,
+            "Device Type": 1,
+            "Device Id": i % devices,
+        }
+        if i % 3:
+            args["Ev Idx"] = 10_000 - i
+        if i % 97 == 0:
+            args["Bytes"] = "512"  # malformed: counted, left out
+        events.append(
+            {
+                "ph": "i",
+                "name": "[memory]",
+                "pid": 1,
+                "tid": 1 + i % 3,
+                "ts": 6.6 * (i // 4),
+                "args": args,
+            }
+        )  # ties: the order decides
+    events.sort(key=lambda e: e["ts"])
+    path = _trace(tmp_path, events)
+    alone, _ = forced(path, 0)
+    fanned, forked = forced(path, 2)
+    assert forked and model(fanned) == model(alone)
+    assert alone.memory.malformed and len(alone.memory.devices) == min(devices, 32)
 
 
 def test_damage_past_the_first_slabs_is_named_as_in_one_process(tmp_path, forced):

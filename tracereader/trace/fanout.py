@@ -22,6 +22,7 @@ import sys
 import threading
 
 from tracereader.trace.events import Events
+from tracereader.trace.memory import Collector
 from tracereader.trace.model import EMPTY, CpuOp, GpuItem, Module, RuntimeCall
 
 SLAB = 1 << 18  # characters a worker decodes at a time (its dicts: ten times as many bytes)
@@ -142,13 +143,6 @@ def _worker(slab_r: int, result_w: int, memory: bool, inherited: list[int]) -> N
         os._exit(code)  # nothing of the parent's (atexit, buffers) runs twice
 
 
-class _Forward(list):
-    """In a worker, the allocator's events passed on whole: the loading process's collector
-    numbers and checks them in file order."""
-
-    take = list.append
-
-
 def _read(text: str, memory: bool, cache: Events) -> tuple | None:
     try:
         decoded, end = _decode(f"[{text}]")
@@ -158,7 +152,7 @@ def _read(text: str, memory: bool, cache: Events) -> tuple | None:
         return None
     events = cache.fresh()
     if memory:
-        events.memory = _Forward()
+        events.memory = Collector()
     events.take(decoded)
     return export(events)
 
@@ -187,7 +181,7 @@ def export(ev: Events) -> tuple:
     linked = [(corr, *where[id(c)]) for corr, c in ev.by_correlation.items()]
     items = [(g.name, g.kind, g.ts, g.dur, ref(g.args), g.correlation) for g in ev.items]
     modules = {t: [(m.name, m.ts, m.dur) for m in v] for t, v in ev.modules.items()}
-    memory = list(ev.memory) if ev.memory is not None else None
+    memory = ev.memory.columns() if ev.memory is not None else None
     return (
         ev.seen, dict(ev.skipped), ev.steps, list(ev.annotations), rows,
         ops, calls, linked, items, modules, memory,
@@ -221,6 +215,5 @@ def absorb(ev: Events, part: tuple) -> None:
         ev.items.append(GpuItem(name, kind, ts, dur, ev.klass(name, kept), kept, corr))
     for thread, rows_ in modules.items():
         ev.modules.setdefault(thread, []).extend(Module(intern(n, n), ts, d) for n, ts, d in rows_)
-    if memory is not None:
-        for event in memory:
-            ev.memory.take(event)
+    if memory is not None and not ev.memory.merge(memory):
+        raise Refused("more devices or threads than the allocator's arrays number")

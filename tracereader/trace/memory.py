@@ -79,6 +79,7 @@ class Collector:
         self.threads: dict[object, int] = {}
         self.devices: dict[tuple[int, int], int] = {}
         self.bad: Counter[str] = Counter()  # malformed [memory] events, skipped, by field
+        self.numbered = array("q")  # where `order` is the file's order (no usable Ev Idx)
 
     @property
     def skipped(self) -> int:
@@ -119,8 +120,11 @@ class Collector:
             t = self.threads[(pid, tid)] = len(self.threads)
         order = args.get("Ev Idx")
         out = self.events
-        in_range = type(order) is int and -MAX_ABS < order < MAX_ABS
-        self.order.append(order if in_range else len(out.ts))
+        if type(order) is int and -MAX_ABS < order < MAX_ABS:
+            self.order.append(order)
+        else:  # numbered by its place among the events kept
+            self.numbered.append(len(out.ts))
+            self.order.append(len(out.ts))
         self.thread.append(t)
         out.ts.append(ts)
         out.bytes.append(size)
@@ -128,6 +132,40 @@ class Collector:
         out.reserved.append(reserved)
         out.addr.append(addr)
         out.device.append(device)
+
+    def columns(self) -> tuple:
+        """What a trace.fanout worker sends of its slab's events: arrays, and the keys of its
+        device and thread indices."""
+        e = self.events
+        return (
+            e.ts, e.bytes, e.allocated, e.reserved, e.addr, e.device, self.order, self.thread,
+            self.numbered, list(self.devices), list(self.threads), dict(self.bad),
+        )  # fmt: skip
+
+    def merge(self, columns: tuple) -> bool:
+        """A worker's `columns`, appended as if its events had been taken here. False where
+        the devices or threads together reach their bounds: which events a bound leaves out
+        is decided in file order, by a read in one process."""
+        ts, size, total, reserved, addr, device, order, thread, numbered = columns[:9]
+        devices, threads, bad = columns[9:]
+        device_of = array("H", (self.devices.setdefault(k, len(self.devices)) for k in devices))
+        thread_of = array("H", (self.threads.setdefault(k, len(self.threads)) for k in threads))
+        if len(self.devices) >= MAX_DEVICES or len(self.threads) >= MAX_THREADS:
+            return False
+        out, before = self.events, len(self.events.ts)
+        out.ts.extend(ts)
+        out.bytes.extend(size)
+        out.allocated.extend(total)
+        out.reserved.extend(reserved)
+        out.addr.extend(addr)
+        out.device.extend(array("H", map(device_of.__getitem__, device)))
+        self.thread.extend(array("H", map(thread_of.__getitem__, thread)))
+        self.order.extend(order)
+        for k in numbered:
+            self.order[before + k] += before
+            self.numbered.append(before + k)
+        self.bad.update(bad)
+        return True
 
     def finish(self, ops_by_thread: dict) -> MemoryEvents:
         """The events in time order, each linked to its op; `ops_by_thread`: the loader's CPU
