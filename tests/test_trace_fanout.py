@@ -2,8 +2,9 @@
 event: every step's ops with their nesting and args, every GPU item with its class, launcher and
 args, the skipped counts in their order, the allocator's events linked to their ops. Forced
 here on small traces (workers from the first event, slabs of a few KB, so dozens of slabs);
-where a slab cannot be read (a cut inside a string, damage) the whole file is read again in one
-process, which names the damage as it always did; no worker outlives the read."""
+where a slab cannot be read (a cut inside a string or past the list's end, damage, a worker
+gone) the loading process reads on from there alone, naming damage as it always did; no worker
+outlives the read."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from tests.helpers import EXTERNAL_TRACES
 from tracereader.trace import fanout
-from tracereader.trace import load as loader
 from tracereader.trace.load import TraceError, load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,20 +125,75 @@ def _ops(n: int, name=lambda i: f"aten::op{i % 7}") -> list:
     ]
 
 
-def test_a_slab_cut_inside_a_string_is_read_again_in_one_process(tmp_path, forced, monkeypatch):
-    """Names holding `}, {` put the slab's boundary inside a string: the workers refuse the
-    slab, and the trace read again whole is the trace, not an error."""
+@pytest.fixture
+def refusals(monkeypatch) -> list:
+    """Each slab the workers refused, counted where the loading process raises it."""
+    seen: list = []
+
+    class Counted(fanout.Refused):
+        def __init__(self, start, why):
+            seen.append(why)
+            super().__init__(start, why)
+
+    monkeypatch.setattr(fanout, "Refused", Counted)
+    return seen
+
+
+def test_a_slab_cut_inside_a_string_is_read_on_in_one_process(tmp_path, forced, refusals):
+    """Names holding `}, {` put a slab's boundary inside a string: the workers refuse it, and
+    the loading process reads on from that slab's start as it would alone."""
     trick = _ops(3000, name=lambda i: f"aten::x{'}, {' * 300 if i % 50 == 0 else ''}{i % 3}")
     path = _trace(tmp_path, trick)
     alone, _ = forced(path, 0)
-    reads = []
-    once = loader._load
-    monkeypatch.setattr(loader, "_load", lambda p, m, fan: reads.append(fan) or once(p, m, fan))
     fanned, forked = forced(path, 2)
-    assert forked and reads == [True, False]  # refused, then read in one process
+    assert forked and refusals
     assert model(fanned) == model(alone)
     assert sum(len(s.cpu_ops) for s in fanned.steps) == 3000
     assert no_children_left()
+
+
+def test_a_slab_past_the_event_lists_end_is_read_on_in_one_process(tmp_path, forced, refusals):
+    """Keys after traceEvents (a tool's rewrite puts deviceProperties last): the last slab's
+    cut falls between two objects of that list, it is refused, and nothing is lost."""
+    text = json.dumps({"traceEvents": _ops(2000), "deviceProperties": [{"id": 0}, {"id": 1}]})
+    path = _trace(tmp_path, [], text=text)
+    alone, _ = forced(path, 0)
+    fanned, forked = forced(path, 2)
+    assert forked and refusals and model(fanned) == model(alone)
+    assert fanned.meta["deviceProperties"] == [{"id": 0}, {"id": 1}]
+
+
+@pytest.mark.parametrize("how", ["a worker dies", "fork fails"])
+def test_workers_that_die_or_never_start_leave_the_read_whole(how, tmp_path, forced, monkeypatch):
+    """A worker killed (the kernel's OOM killer) or a fork refused (a process limit): the
+    read goes on in one process, the same model, no process or pipe left behind."""
+    path = _trace(tmp_path, _ops(3000))
+    alone, _ = forced(path, 0)
+    if how == "a worker dies":
+        read = fanout._read
+        handled = []  # in each worker, its slabs so far
+
+        def dies(text, memory, cache):
+            handled.append(1)
+            if len(handled) == 3:
+                os._exit(9)
+            return read(text, memory, cache)
+
+        monkeypatch.setattr(fanout, "_read", dies)
+    else:
+        forks = iter([os.fork])
+
+        def fork():
+            return next(forks, _refused)()
+
+        def _refused():
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+
+        monkeypatch.setattr(fanout.os, "fork", fork)
+    descriptors = len(os.listdir("/proc/self/fd"))
+    fanned, forked = forced(path, 3)
+    assert forked and model(fanned) == model(alone)
+    assert no_children_left() and len(os.listdir("/proc/self/fd")) == descriptors
 
 
 @pytest.mark.parametrize("devices", [3, 40])  # 40: past the bound, which file order decides
@@ -191,23 +245,36 @@ def test_damage_past_the_first_slabs_is_named_as_in_one_process(tmp_path, forced
     assert no_children_left()
 
 
-def test_a_process_with_threads_reads_in_one(monkeypatch):
+THREADS = """
+import os, sys, threading
+from tracereader.trace import fanout
+os.sched_getaffinity = lambda pid: set(range(16))  # as on a machine of 16 cores
+print(fanout.workers())
+stop = threading.Event()
+other = threading.Thread(target=stop.wait)
+other.start()
+print(fanout.workers())
+stop.set()
+other.join()
+import torch  # its intra-op pool: native threads, which Python's threading does not list
+torch.ones(512, 512) @ torch.ones(512, 512)
+print(fanout.workers(), threading.active_count())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the workers fork on Linux only")
+def test_a_process_with_threads_reads_in_one():
     """A lesson reads its trace back with torch's threads running: fork would copy one thread
-    and leave the others' locks held, so it never forks there."""
-    monkeypatch.delenv(fanout.ENV, raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    monkeypatch.setattr(fanout.sys, "platform", "linux")
-    assert fanout.workers() == fanout.MAX_WORKERS
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait)
-    other.start()
-    try:
-        assert fanout.workers() == 0
-    finally:
-        stop.set()
-        other.join()
-    monkeypatch.setenv(fanout.ENV, "0")
-    assert fanout.workers() == 0
+    and leave the others' locks held, so it never forks there, Python's threads or native."""
+    env = {k: v for k, v in os.environ.items() if k != fanout.ENV}
+    env["OMP_NUM_THREADS"] = "2"
+    run = subprocess.run(
+        [sys.executable, "-c", THREADS], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    alone, python_thread, torch_threads = run.stdout.split("\n")[:3]
+    assert alone == str(fanout.MAX_WORKERS) and python_thread == "0"
+    assert torch_threads == "0 1"  # one Python thread, yet it does not fork
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the workers fork on Linux only")

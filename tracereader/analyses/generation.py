@@ -49,7 +49,7 @@ def decode_only(trace: Trace) -> Trace:
     windows are those of the whole trace: the decode steps follow the prefill, one after
     another."""
     phases = split(trace)
-    return trace.with_steps(phases["decode"]) if phases else trace
+    return trace.with_steps(list(phases["decode"])) if phases else trace  # the memo stays as is
 
 
 def launch_calls(step: Step) -> Counter:

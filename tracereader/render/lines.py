@@ -41,9 +41,10 @@ def typed(path: str) -> str:
     (the command is pasted where it was printed), quoted for the shell where it must be."""
     try:
         rel = os.path.relpath(path)
-    except ValueError:  # another drive (Windows)
+    except (ValueError, OSError):  # another drive (Windows), the current folder gone
         rel = path
-    return shlex.quote(path if rel.startswith("..") else rel)
+    shown = path if rel.startswith("..") else rel
+    return shlex.quote(f"./{shown}" if shown.startswith("-") else shown)  # never an option
 
 
 def cut(name: str, width: int) -> str:

@@ -1,10 +1,12 @@
-"""Keeping the events the reader uses, compactly: `Events.take` is handed every event of the
-file in order (by trace.load) and keeps the CPU ops, runtime calls, GPU items, nn.Module calls
-and steps as the model's objects, with interned names and args; a malformed event is skipped and
-counted by reason (the policy is load's docstring)."""
+"""Keeping the events the reader uses, compactly: `Events.take` is handed the file's events in
+order, a batch at a time (by trace.load, or a slab at a time by trace.fanout's workers), and
+keeps the CPU ops, runtime calls, GPU items, nn.Module calls and steps as the model's objects,
+with interned names and args; a malformed event is skipped and counted by reason (the policy
+is load's docstring)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from types import MappingProxyType
 
@@ -12,6 +14,8 @@ from tracereader.names import footprint
 from tracereader.names.kernel_classes import KernelClass
 from tracereader.names.kernel_names import GEMV_REDUCTION, classify, gemv_by_grid
 from tracereader.trace.model import EMPTY, CpuOp, GpuItem, Module, RuntimeCall
+
+decode = json.JSONDecoder().raw_decode  # the stdlib's C decoder: the loader's and the workers'
 
 # category -> what it is, for today's names, the 2021 format's and MTIA's
 GPU_CATEGORIES = {

@@ -5,23 +5,25 @@ process absorbs their results in the file's order, so the model is the one a sin
 builds (the tests compare them event by event).
 
 Only where it is safe and pays: Linux (fork), a process with one thread (a lesson has torch's
-threads: it reads serially), at least LEAST_CORES cores, and a trace with more than AFTER
-characters left to read. A slab the workers cannot read (a boundary cut inside a string,
-damage) raises Refused, and load reads the whole file again in one process, which finds and
-names the damage.
+threads: it reads in one process), at least LEAST_CORES cores, and a trace not read to its
+end within its first AFTER characters. A slab the workers cannot read (a boundary cut inside a
+string or past the event list's end, damage, a worker gone) raises Refused: the workers are
+stopped and the loading process reads on from that slab's start (the text since the oldest
+slab in flight is kept for that), as it would have alone, naming any damage.
 Ctrl-C reaches the loading process only (workers ignore it); when it ends for any reason, the
 workers see their pipe close and exit, and are reaped."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import pickle
 import signal
 import sys
 import threading
+from collections import deque
 
-from tracereader.trace.events import Events
+from tracereader.trace.events import Events, decode
 from tracereader.trace.memory import Collector
 from tracereader.trace.model import EMPTY, CpuOp, GpuItem, Module, RuntimeCall
 
@@ -33,45 +35,83 @@ AFTER = 1 << 21  # characters read in one process first: a smaller trace never f
 MAX_WORKERS = 4
 LEAST_CORES = 4  # with two, the loading process's own share leaves too little to gain
 ENV = "TRACEREADER_WORKERS"  # a number of workers; 0 reads in one process
-_decode = json.JSONDecoder().raw_decode
 
 
 class Refused(Exception):
-    """A worker could not read its slab."""
+    """The workers could not read a slab (a cut inside a string, damage, a worker gone):
+    `start`, where it begins in the file's text, is where reading goes on in one process."""
+
+    def __init__(self, start: int, why: str):
+        super().__init__(why)
+        self.start = start
 
 
 def workers() -> int:
     """How many workers to fork: 0 where it is unsafe or would not pay."""
+    if not hasattr(os, "fork"):
+        return 0
     wanted = os.environ.get(ENV, "")
-    if wanted.isdigit():
+    if wanted.isdecimal():
         return min(int(wanted), MAX_WORKERS)
-    if sys.platform != "linux" or threading.active_count() > 1:
+    if sys.platform != "linux" or _threads() > 1:
         return 0  # fork copies one thread only: another's locks would stay held in the child
     cores = len(os.sched_getaffinity(0))
     return min(cores, MAX_WORKERS) if cores >= LEAST_CORES else 0
 
 
+def _threads() -> int:
+    """The process's threads, native ones too (torch's intra-op pool, kineto's)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
 def start(events: Events) -> Workers | None:
+    """Workers for `events`, or None (none wanted, or they could not be started)."""
     n = workers()
-    return Workers(events, n) if n else None
+    if not n:
+        return None
+    pool = Workers(events)
+    try:
+        pool.fork(n)
+    except OSError:  # no more processes or descriptors: read in one process
+        pool.close()
+        return None
+    return pool
+
+
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class Workers:
     """Forked workers, one slab in flight each, results absorbed in the order sent."""
 
-    def __init__(self, events: Events, n: int):
+    def __init__(self, events: Events):
         self.events = events
         self.pids: list[int] = []
         self.to: list = []  # the pipe a worker reads its slabs from
         self.back: list = []  # the pipe it writes its results to
+        self.starts: deque[int] = deque()  # where each slab in flight begins, oldest first
         self.sent = self.done = 0
+
+    def fork(self, n: int) -> None:
         for _ in range(n):
             slab_r, slab_w = os.pipe()
             result_r, result_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # never returns
-                ends = [slab_w, result_r, *self._fds()]  # the loading process's ends
-                _worker(slab_r, result_w, events.memory is not None, ends)
+            # A signal between fork and the worker's own handlers would run the CLI's.
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+            try:
+                pid = os.fork()
+                if pid == 0:  # never returns
+                    ends = [slab_w, result_r, *self._fds()]  # the loading process's ends
+                    _worker(slab_r, result_w, self.events.memory is not None, ends, mask)
+            except OSError:
+                for fd in (slab_r, slab_w, result_r, result_w):
+                    os.close(fd)
+                raise
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(slab_r)
             os.close(result_w)
             self.pids.append(pid)
@@ -81,14 +121,22 @@ class Workers:
     def _fds(self) -> list[int]:
         return [f.fileno() for f in self.to + self.back]
 
-    def send(self, text: str) -> None:
+    @property
+    def oldest(self) -> int | None:
+        """Where the oldest slab in flight begins: the text from there must stay readable."""
+        return self.starts[0] if self.starts else None
+
+    def send(self, text: str, start: int) -> None:
         if self.sent - self.done == len(self.pids):
             self._absorb_oldest()  # frees the worker this slab goes to
-        data = text.encode("utf-8", "surrogatepass")
+        self.starts.append(start)
+        data = text.encode()
         out = self.to[self.sent % len(self.pids)]
-        out.write(len(data).to_bytes(8, "little"))
-        out.write(data)
-        out.flush()
+        try:
+            out.write(len(data).to_bytes(8, "little") + data)
+            out.flush()
+        except OSError:  # the worker is gone
+            raise Refused(self.starts[0], "a worker ended") from None
         self.sent += 1
 
     def drain(self) -> None:
@@ -97,33 +145,38 @@ class Workers:
 
     def _absorb_oldest(self) -> None:
         back = self.back[self.done % len(self.pids)]
-        head = back.read(8)
-        data = back.read(int.from_bytes(head, "little")) if len(head) == 8 else b""
+        try:
+            head = back.read(8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else -1
+            data = back.read(size) if size > 0 else b""
+            part = pickle.loads(data) if len(data) == size else None
+        except (OSError, EOFError, pickle.UnpicklingError):
+            part = None
+        if part is None or not absorb(self.events, part):
+            raise Refused(self.starts[0], "a slab the workers could not read")
         self.done += 1
-        if not data:
-            raise Refused("a worker ended")
-        part = pickle.loads(data)
-        if part is None:
-            raise Refused("a slab that does not decode")
-        absorb(self.events, part)
+        self.starts.popleft()
 
     def close(self) -> None:
-        for f in self.to + self.back:
-            f.close()
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)  # one may be mid-slab: its result is not wanted
+        for pid in self.pids:  # one may be mid-slab: its result is not wanted
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
                 os.waitpid(pid, 0)
-            except OSError:
-                pass
-        self.pids = []
+        for f in self.to + self.back:
+            with contextlib.suppress(OSError):
+                f.close()
+        self.pids, self.to, self.back = [], [], []
 
 
-def _worker(slab_r: int, result_w: int, memory: bool, inherited: list[int]) -> None:
+def _worker(slab_r: int, result_w: int, memory: bool, inherited: list[int], mask) -> None:
     """A worker's life: slabs in, each one's events out, until the pipe closes."""
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loading process's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for fd in inherited:  # held here, they would keep this pipe open past the parent's end
             os.close(fd)
         inp, out = os.fdopen(slab_r, "rb"), os.fdopen(result_w, "wb")
@@ -132,10 +185,9 @@ def _worker(slab_r: int, result_w: int, memory: bool, inherited: list[int]) -> N
             head = inp.read(8)
             if len(head) < 8:
                 break
-            text = inp.read(int.from_bytes(head, "little")).decode("utf-8", "surrogatepass")
+            text = inp.read(int.from_bytes(head, "little")).decode()
             data = pickle.dumps(_read(text, memory, cache), pickle.HIGHEST_PROTOCOL)
-            out.write(len(data).to_bytes(8, "little"))
-            out.write(data)
+            out.write(len(data).to_bytes(8, "little") + data)
             out.flush()
     except BaseException:
         code = 1
@@ -145,7 +197,7 @@ def _worker(slab_r: int, result_w: int, memory: bool, inherited: list[int]) -> N
 
 def _read(text: str, memory: bool, cache: Events) -> tuple | None:
     try:
-        decoded, end = _decode(f"[{text}]")
+        decoded, end = decode(f"[{text}]")
     except (ValueError, RecursionError):  # damage, an integer too long, or a bad cut
         return None
     if end != len(text) + 2:
@@ -188,9 +240,12 @@ def export(ev: Events) -> tuple:
     )  # fmt: skip
 
 
-def absorb(ev: Events, part: tuple) -> None:
-    """A worker's `export`, appended to `ev` as if its events had been taken here."""
+def absorb(ev: Events, part: tuple) -> bool:
+    """A worker's `export`, appended to `ev` as if its events had been taken here; False, with
+    nothing appended, where only a read in file order can number them (memory's bounds)."""
     seen, skipped, steps, annotations, rows, ops, calls, linked, items, modules, memory = part
+    if memory is not None and not ev.memory.merge(memory):
+        return False
     ev.seen += seen
     ev.skipped.update(skipped)
     ev.steps += steps
@@ -215,5 +270,4 @@ def absorb(ev: Events, part: tuple) -> None:
         ev.items.append(GpuItem(name, kind, ts, dur, ev.klass(name, kept), kept, corr))
     for thread, rows_ in modules.items():
         ev.modules.setdefault(thread, []).extend(Module(intern(n, n), ts, d) for n, ts, d in rows_)
-    if memory is not None and not ev.memory.merge(memory):
-        raise Refused("more devices or threads than the allocator's arrays number")
+    return True

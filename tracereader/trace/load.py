@@ -39,7 +39,8 @@ import zlib
 from pathlib import Path
 
 from tracereader.trace import fanout
-from tracereader.trace.events import Events
+from tracereader.trace.events import Events, decode
+from tracereader.trace.memory import Collector
 
 # The model, re-exported: `load.Trace` and friends are what callers of load() handle.
 from tracereader.trace.model import (  # noqa: F401
@@ -82,22 +83,17 @@ def load(path: str | Path, memory: bool = False) -> Trace:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        try:
-            return _load(path, memory, fan=True)
-        except fanout.Refused:  # a slab the workers could not read: read it all here
-            return _load(path, memory, fan=False)
+        return _load(path, memory)
     finally:
         if collecting:
             gc.enable()
 
 
-def _load(path: Path, memory: bool, fan: bool) -> Trace:
+def _load(path: Path, memory: bool) -> Trace:
     events = Events()
     if memory:
-        from tracereader.trace.memory import Collector  # only for explain --memory
-
         events.memory = Collector()
-    meta = _parse(path, events, fan)
+    meta = _parse(path, events)
     threads = dict(events.ops) if events.memory is not None else None  # build empties ops
     trace = build(
         path,
@@ -123,7 +119,7 @@ def _load(path: Path, memory: bool, fan: bool) -> Trace:
 
 _WS = re.compile(r"[ \t\n\r]*")
 _CHUNK = 1 << 20  # bytes read at a time: the text, and the events parsed from it, stay small
-_decode = json.JSONDecoder().raw_decode
+_decode = decode
 
 
 def _bounded_int(text: str) -> int | None:
@@ -154,6 +150,7 @@ class _Text:
         self.base = 0  # characters dropped from the front of buf, for error positions
         self.eof = False
         self.skip_to = 0  # batch: decode one event at a time below this position
+        self.keep: int | None = None  # kept from here on (base + pos), to read again
 
     def more(self) -> bool:
         if self.eof:
@@ -166,10 +163,11 @@ class _Text:
             raise TraceError(f"cannot read {self.path}") from None
         self.eof = not raw
         text = self.decoder.decode(raw, final=self.eof)
-        self.base += self.pos
-        self.skip_to -= self.pos
-        self.buf = self.buf[self.pos :] + text
-        self.pos = 0
+        drop = self.pos if self.keep is None else min(self.pos, self.keep - self.base)
+        self.base += drop
+        self.skip_to -= drop
+        self.buf = self.buf[drop:] + text
+        self.pos -= drop
         return True
 
     def peek(self) -> str:
@@ -228,14 +226,14 @@ class _Text:
         self.pos = end
         return events
 
-    def slab(self, size: int) -> str | None:
+    def slab(self, size: int) -> tuple[str, int] | None:
         """As `batch`, but the text of up to `size` characters of whole events, undecoded (for
-        trace.fanout's workers), or None."""
+        trace.fanout's workers), and where it starts in the file's text; or None."""
         end = self._cut(size)
         if end < 0:
             return None
-        text, self.pos = self.buf[self.pos : end], end
-        return text
+        text, start, self.pos = self.buf[self.pos : end], self.base + self.pos, end
+        return text, start
 
     def _cut(self, size: int) -> int:
         """The position after the last '}' followed by ',' and '{' within `size` characters
@@ -286,7 +284,7 @@ def _open(path: Path):
     return stream, stream
 
 
-def _parse(path: Path, events: Events, fan: bool) -> dict:
+def _parse(path: Path, events: Events) -> dict:
     """Walk the top-level JSON (an object with traceEvents, or a bare array of events),
     handing each event to `events` and keeping the metadata in META_KEYS."""
     stream, raw = _open(path)
@@ -299,7 +297,7 @@ def _parse(path: Path, events: Events, fan: bool) -> dict:
         found = False
         if first == "[":  # the bare-array form of the Chrome trace format
             text.pos += 1
-            _event_list(text, events, fan)
+            _event_list(text, events)
             found = True
         elif first == "{":
             text.pos += 1
@@ -313,7 +311,7 @@ def _parse(path: Path, events: Events, fan: bool) -> dict:
                     text.expect(":")
                     if key == "traceEvents" and text.peek() == "[":
                         text.pos += 1
-                        _event_list(text, events, fan)
+                        _event_list(text, events)
                         found = True
                     elif key in META_KEYS:
                         meta[key] = text.value()
@@ -332,27 +330,33 @@ def _parse(path: Path, events: Events, fan: bool) -> dict:
     return meta
 
 
-def _event_list(text: _Text, events: Events, fan: bool) -> None:
+def _event_list(text: _Text, events: Events) -> None:
     take = events.take
     if text.peek() == "]":
         text.pos += 1
         return
-    workers = None  # a large trace's events are decoded and kept on all cores
+    workers, tried = None, False  # a large trace's events are decoded and kept on all cores
     try:
         while True:
-            if fan and workers is None and text.base + text.pos > fanout.AFTER and not text.eof:
-                workers = fanout.start(events)
-            slab = text.slab(fanout.SLAB) if workers else None
-            if slab is not None:
-                workers.send(slab)
-            else:
-                if workers:
+            if not tried and text.base + text.pos > fanout.AFTER and not text.eof:
+                tried, workers = True, fanout.start(events)
+            try:
+                slab = text.slab(fanout.SLAB) if workers else None
+                if slab is not None:
+                    workers.send(*slab)
+                elif workers:
                     workers.drain()  # what was sent comes first
-                take(text.batch() or [text.value()])
-            if text.expect(",]") == "]":
-                if workers:
-                    workers.drain()
-                return
+                if slab is None:
+                    take(text.batch() or [text.value()])
+                text.keep = workers.oldest if workers else None
+                if text.expect(",]") == "]":
+                    if workers:
+                        workers.drain()
+                    return
+            except fanout.Refused as refused:  # read on here, from the slab refused
+                workers.close()
+                workers = None
+                text.pos, text.keep = refused.start - text.base, None
     finally:
         if workers:
             workers.close()

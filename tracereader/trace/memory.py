@@ -143,15 +143,18 @@ class Collector:
         )  # fmt: skip
 
     def merge(self, columns: tuple) -> bool:
-        """A worker's `columns`, appended as if its events had been taken here. False where
-        the devices or threads together reach their bounds: which events a bound leaves out
-        is decided in file order, by a read in one process."""
+        """A worker's `columns`, appended as if its events had been taken here. False, with
+        nothing appended, where the devices or threads together pass their bounds: which
+        events a bound leaves out is decided in file order, by a read in one process."""
         ts, size, total, reserved, addr, device, order, thread, numbered = columns[:9]
         devices, threads, bad = columns[9:]
+        # a worker's own bound left events out only where the sum is past it too
+        if len(self.devices.keys() | devices) > MAX_DEVICES:
+            return False
+        if len(self.threads.keys() | threads) > MAX_THREADS:
+            return False
         device_of = array("H", (self.devices.setdefault(k, len(self.devices)) for k in devices))
         thread_of = array("H", (self.threads.setdefault(k, len(self.threads)) for k in threads))
-        if len(self.devices) >= MAX_DEVICES or len(self.threads) >= MAX_THREADS:
-            return False
         out, before = self.events, len(self.events.ts)
         out.ts.extend(ts)
         out.bytes.extend(size)
