@@ -233,16 +233,15 @@ def step(s: Step, trace: Trace) -> dict:
     user, by = _user_code(s, region_names - loading - stepping, span)
     take("user code", user, by)
     region = [op.name in region_names for op in ops]
-    # every op's answer in one pass (ops in start order: parents first), read by op.index
-    regions = _regions(region_names).each(ops)
+    regions = _regions(region_names)
     calls = [
         op
         for op, r in zip(ops, region, strict=True)
-        if not r and (op.parent is None or regions[op.parent.index][0])
+        if not r and (op.parent is None or regions(op.parent)[0])
     ]
     by = Counter()  # by the outermost region holding the op (the loop's forward), else op
     for op, us in zip(calls, _within(calls, left), strict=True):
-        by[regions[op.index][1].name] += us
+        by[regions(op)[1].name] += us
     take("dispatch", [(op.ts, op.end) for op in calls], by)
     tops = [op for op, r in zip(ops, region, strict=True) if r and op.parent is None]
     by = Counter()

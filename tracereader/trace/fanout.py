@@ -2,7 +2,8 @@
 it into slabs of whole events; forked workers decode each slab (the stdlib's decoder, the
 largest cost of reading) and keep its events (`Events.take`, the next largest); the loading
 process absorbs their results in the file's order, so the model is the one a single process
-builds (the tests compare them event by event).
+builds (the tests compare them event by event). One liberty: args equal as numbers but not as
+types (a stream 7 here, 7.0 there) share one form, and which one may differ.
 
 Only where it is safe and pays: Linux (fork), a process with one thread (a lesson has torch's
 threads: it reads in one process), at least LEAST_CORES cores, and a trace not read to its
