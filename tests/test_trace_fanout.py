@@ -328,3 +328,31 @@ def _running(marker: str) -> list[str]:
         if marker.encode() in cmdline and state != "Z":
             found.append(pid)
     return found
+
+
+HOLDS = """
+import os, time
+def held(mb):  # pages of its own, each touched
+    block = bytearray(mb << 20)
+    block[::4096] = bytes(1 for _ in range(0, mb << 20, 4096))
+    return block
+block = held({parent})
+if {child} and os.fork() == 0:
+    mine = held({child})
+    time.sleep(0.6)
+    os._exit(0)
+time.sleep(0.6)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="Linux's /proc")
+def test_the_benchmark_counts_the_workers_memory():
+    """trace_bench's memory of a child that forks is its whole tree's, each page once: a reader
+    with workers is not measured as its loading process alone."""
+    from tools.dev.reader_validation.trace_bench import _child
+
+    _, alone, rc, _ = _child([sys.executable, "-c", HOLDS.format(parent=60, child=0)], ROOT)
+    _, tree, rc2, _ = _child([sys.executable, "-c", HOLDS.format(parent=60, child=60)], ROOT)
+    assert rc == rc2 == 0
+    assert 60 <= alone < 90
+    assert 60 + alone - 10 < tree < 60 + alone + 10  # the child's own 60 MB; shared pages once
