@@ -119,7 +119,6 @@ def _load(path: Path, memory: bool) -> Trace:
 
 _WS = re.compile(r"[ \t\n\r]*")
 _CHUNK = 1 << 20  # bytes read at a time: the text, and the events parsed from it, stay small
-_decode = decode
 
 
 def _bounded_int(text: str) -> int | None:
@@ -185,7 +184,7 @@ class _Text:
         while True:
             try:
                 try:
-                    value, end = _decode(self.buf, self.pos)
+                    value, end = decode(self.buf, self.pos)
                 except json.JSONDecodeError:
                     raise
                 except ValueError:  # an integer past Python's digit limit
@@ -217,7 +216,7 @@ class _Text:
             return None
         text = f"[{self.buf[self.pos : end]}]"
         try:
-            events, stop = _decode(text)
+            events, stop = decode(text)
         except (ValueError, RecursionError):  # JSONDecodeError, or an integer too long
             events, stop = None, 0
         if stop != len(text):

@@ -234,23 +234,22 @@ class _TreeMemory(threading.Thread):
             self.peak = max(self.peak, sum(map(_pss_mb, pids)))
 
     def _tree(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        try:
-            names = os.listdir("/proc")
-        except OSError:
-            return []
-        for name in filter(str.isdigit, names):
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(name))
+        """The process and its descendants, from each thread's `children` list: a few small
+        reads, where a scan of /proc every 5 ms would take the measured child's CPU."""
         found, todo = [], [self.pid]
         while todo:
             pid = todo.pop()
             found.append(pid)
-            todo += children.get(pid, [])
+            try:
+                threads = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in threads:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/children") as f:
+                        todo += map(int, f.read().split())
+                except (OSError, ValueError):
+                    pass
         return found
 
 
